@@ -1,0 +1,6 @@
+from __future__ import annotations
+
+from .cli import entry
+
+if __name__ == "__main__":
+    entry()

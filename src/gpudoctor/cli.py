@@ -1,0 +1,268 @@
+"""gpudoctor command line: parse, call, render. No logic of its own.
+
+Exit status (every command):
+  0  nothing failed at or above --fail-on
+  1  a check failed at or above --fail-on
+  2  gpudoctor could not run: bad arguments, a bad rule file, an unreadable
+     or incompatible snapshot, a missing root
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+import click
+
+from . import __version__
+
+EXIT_HELP = """\b
+Exit status:
+  0  no check failed at or above --fail-on
+  1  a check failed at or above --fail-on
+  2  gpudoctor could not run (bad arguments, bad rule file,
+     unreadable or incompatible snapshot, missing root)"""
+
+
+class UserError(Exception):
+    """Something the user can fix; printed without a traceback, exit status 2."""
+
+
+def fail(message: str) -> NoReturn:
+    raise UserError(message)
+
+
+def _style_for(stream: Any, colour: bool | None) -> Any:
+    use = colour if colour is not None else (stream.isatty() and not os.environ.get("NO_COLOR"))
+    if use:
+        return click.style
+    from .render.text import plain
+
+    return plain
+
+
+def root_options(f: Any) -> Any:
+    options = [
+        click.option("--root", type=click.Path(file_okay=False), help="Probe this directory tree instead of / "
+                     "(a fixture root or a mounted image)."),
+        click.option("--sysfs-root", type=click.Path(file_okay=False), help="Where /sys is (default ROOT/sys)."),
+        click.option("--procfs-root", type=click.Path(file_okay=False), help="Where /proc is (default ROOT/proc)."),
+        click.option("--python", "python", type=click.Path(dir_okay=False),
+                     help="Interpreter whose torch is inspected (default: this one)."),
+        click.option("--torch-import", is_flag=True,
+                     help="Also import torch in a child process (slow, ~5 s) for runtime facts and the exact arch list."),
+        click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+                     help="Seconds the whole run may take; NVML and torch get their share of it."),
+        click.option("--nvml-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+                     help="Seconds NVML may take before it is reported as not answering."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _collect(root: str | None, sysfs_root: str | None, procfs_root: str | None, python: str | None,
+             torch_import: bool, timeout: float, nvml_timeout: float) -> dict[str, Any]:
+    for label, path in (("--root", root), ("--sysfs-root", sysfs_root), ("--procfs-root", procfs_root)):
+        if path is not None and not Path(path).is_dir():
+            fail(f"{label} {path}: no such directory")
+    if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        fail(f"--python {python}: not an executable file")
+    from .context import make_context
+    from .probes import collect_all
+
+    ctx = make_context(root=root, sysfs_root=sysfs_root, procfs_root=procfs_root, python=python,
+                       timeout=timeout, nvml_timeout=nvml_timeout, torch_import=torch_import)
+    return collect_all(ctx)
+
+
+def _load_facts(path: str) -> dict[str, Any]:
+    from .facts import SnapshotError, load_snapshot
+
+    try:
+        return load_snapshot(path)
+    except SnapshotError as exc:
+        fail(str(exc))
+
+
+def _load_rules(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
+    from .engine.loader import RuleLoadError, load_rules
+
+    for d in rule_dirs:
+        if not Path(d).is_dir():
+            fail(f"--rules {d}: no such directory")
+    try:
+        return load_rules(rule_dirs, include_builtin=builtin)
+    except RuleLoadError as exc:
+        fail(f"bad rule file: {exc}")
+
+
+def _write(text: str, output: str | None) -> None:
+    if output and output != "-":
+        from .facts import write_atomic
+
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+    else:
+        click.echo(text, nl=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=EXIT_HELP)
+@click.version_option(__version__, "-V", "--version", prog_name="gpudoctor")
+def main() -> None:
+    """Environment doctor for GPU machines used for AI training and inference.
+
+    \b
+    gpudoctor check                 check this machine, print findings and fixes
+    gpudoctor probe -o host.json    save the facts snapshot of this machine
+    gpudoctor check --facts host.json   judge a saved snapshot (any machine)
+    gpudoctor rules list            the checks gpudoctor knows
+    """
+
+
+@main.command(epilog=EXIT_HELP)
+@click.option("--facts", "facts_file", type=click.Path(dir_okay=False),
+              help="Judge this snapshot (from `gpudoctor probe`) instead of probing the machine.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR",
+              help="Add the rule files in DIR (repeatable).")
+@click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")
+@click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
+@click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error", show_default=True,
+              help="Lowest severity of a failed check that makes the exit status 1.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
+@click.option("--color/--no-color", default=None, help="Colour the text report (default: only on a terminal).")
+@root_options
+def check(facts_file: str | None, fmt: str, output: str | None, rule_dirs: tuple[str, ...], no_builtin_rules: bool,
+          only: tuple[str, ...], skip: tuple[str, ...], fail_on: str, verbose: bool, color: bool | None,
+          root: str | None, sysfs_root: str | None, procfs_root: str | None, python: str | None,
+          torch_import: bool, timeout: float, nvml_timeout: float) -> None:
+    """Check this machine (or a snapshot) and print findings with fixes."""
+    from .engine.runner import run_rules, select, unknown_selectors
+    from .findings import Report, Severity
+
+    if facts_file and (root or sysfs_root or procfs_root or python or torch_import):
+        fail("--facts judges a saved snapshot; it cannot be combined with --root/--sysfs-root/--procfs-root/--python")
+    ruleset = _load_rules(rule_dirs, builtin=not no_builtin_rules)
+    unknown = unknown_selectors(ruleset, list(only) + list(skip))
+    if unknown:
+        fail(f"--only/--skip: no rule, area or tag named {', '.join(unknown)} (see `gpudoctor rules list`)")
+    if facts_file:
+        facts = _load_facts(facts_file)
+        origin = facts_file
+    else:
+        facts = _collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+        origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
+    rules = select(ruleset.rules, only, skip)
+    report = Report(findings=run_rules(ruleset, facts, rules), fail_on=Severity(fail_on), facts_origin=origin,
+                    rules_loaded=len(ruleset.rules))
+    if fmt == "json":
+        from .render.json_report import render as render_json
+
+        text = render_json(report, facts, include_skipped=verbose)
+    else:
+        from .render.text import render as render_text
+
+        stream = sys.stdout
+        style = _style_for(stream, color if not output else False)
+        text = render_text(report, facts, style=style, verbose=verbose)
+    _write(text, output)
+    sys.exit(report.exit_code)
+
+
+@main.command(epilog="Exit status: 0 snapshot written; 2 gpudoctor could not run.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the snapshot here (default: stdout).")
+@root_options
+def probe(output: str | None, root: str | None, sysfs_root: str | None, procfs_root: str | None,
+          python: str | None, torch_import: bool, timeout: float, nvml_timeout: float) -> None:
+    """Read the machine and print the facts snapshot as JSON."""
+    from .facts import dumps
+
+    facts = _collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    _write(dumps(facts), output)
+
+
+@main.group()
+def rules() -> None:
+    """List, explain and validate rules."""
+
+
+@rules.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR", help="Add rules from DIR.")
+def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
+    """Every rule with its area, severity and subject."""
+    from .render.rules import list_json, list_text
+
+    ruleset = _load_rules(rule_dirs)
+    click.echo(list_json(ruleset) if fmt == "json" else list_text(ruleset), nl=False)
+
+
+@rules.command("show")
+@click.argument("rule_id")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR", help="Add rules from DIR.")
+def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
+    """Explain one rule: why it matters, what it reads, how to fix it."""
+    from .render.rules import show_text
+
+    ruleset = _load_rules(rule_dirs)
+    rule = ruleset.by_id(rule_id)
+    if rule is None:
+        import difflib
+
+        close = difflib.get_close_matches(rule_id, [r.id for r in ruleset.rules], n=3)
+        fail(f"no rule {rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    click.echo(show_text(rule), nl=False)
+
+
+@rules.command("validate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+def rules_validate(paths: tuple[str, ...]) -> None:
+    """Check rule files or directories; exit 2 naming file and line on the first problem in each."""
+    from .engine.loader import RuleLoadError, validate_paths
+
+    try:
+        count, errors = validate_paths(paths)
+    except RuleLoadError as exc:
+        fail(str(exc))
+    for e in errors:
+        click.echo(f"gpudoctor: {e}", err=True)
+    if errors:
+        sys.exit(2)
+    click.echo(f"{count} rule(s) OK")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Entry point with user errors turned into exit status 2 and a one-line message."""
+    try:
+        main.main(args=list(argv) if argv is not None else None, prog_name="gpudoctor", standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"gpudoctor: error: {exc}", err=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except click.exceptions.Abort:
+        click.echo("gpudoctor: aborted", err=True)
+        return 2
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run())

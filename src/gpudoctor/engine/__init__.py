@@ -1,0 +1,1 @@
+"""The rule engine: load YAML rules, evaluate them over facts, produce findings."""

@@ -1,0 +1,321 @@
+"""Rule expressions: checked at load, evaluated safely over the facts.
+
+Conditions and message placeholders are Python-syntax expressions parsed by
+the standard library's ``ast`` and evaluated by the ``simpleeval`` library
+(no eval/exec anywhere). On top of simpleeval, gpudoctor narrows the
+language at load time:
+
+- only a small set of node types (no lambdas, comprehensions, walrus,
+  ``**``, f-strings, keyword arguments, slices);
+- attribute access only along fact paths (``gpu.pcie_width``), each checked
+  against the facts schema, so ``x.__class__`` or a typo in a fact name is
+  refused when the rule file loads, naming the fact;
+- calls only of the whitelisted helper functions below;
+- limits on length, nesting depth and constant sizes.
+
+At run time a fact path that resolves to an unavailable fact raises
+:class:`FactUnavailable`; the runner turns that into an "unknown" result.
+Every leaf read is recorded as evidence.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import string
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from simpleeval import EvalWithCompoundTypes, InvalidExpression
+
+from ..facts import Unavailable
+from . import factpaths
+from .helpers import FUNCTIONS
+
+MAX_EXPRESSION_LENGTH = 2000
+MAX_DEPTH = 24
+MAX_CONSTANT_LENGTH = 500
+
+ALLOWED_NODES: tuple[type, ...] = (
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.BitAnd, ast.BitOr,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot,
+    ast.Call, ast.Name, ast.Load, ast.Attribute, ast.Constant, ast.List, ast.Tuple, ast.IfExp, ast.Subscript,
+)
+
+# Format specs allowed in message placeholders: alignment, a small width, precision, a type.
+FORMAT_SPEC = re.compile(r"^[<>^]?\d{0,2}(\.\d{1,2})?[dfsx%]?$")
+
+
+class ExpressionError(ValueError):
+    """An expression refused at load: bad syntax, unknown fact, forbidden construct."""
+
+
+class FactUnavailable(Exception):
+    def __init__(self, path: str, unavailable: Unavailable) -> None:
+        super().__init__(f"{path}: {unavailable}")
+        self.path = path
+        self.unavailable = unavailable
+
+
+class FactView:
+    """Read-only view of a facts dict that records what it hands out."""
+
+    __slots__ = ("_data", "_path", "_reads")
+
+    # Maps whose absent keys are a known "not set" (None), not a missing fact.
+    OPEN_MAPS = frozenset({"host.env"})
+
+    def __init__(self, data: Mapping[str, Any], path: str, reads: list[tuple[str, Any]]) -> None:
+        self._data = data
+        self._path = path
+        self._reads = reads
+
+    def child(self, name: str) -> Any:
+        path = f"{self._path}.{name}" if self._path else name
+        if name not in self._data and self._path in self.OPEN_MAPS:
+            self._reads.append((path, None))
+            return None
+        if name not in self._data:
+            missing = Unavailable("not_found", "not in the facts (older snapshot or probe did not report it)")
+            self._reads.append((path, missing))
+            raise FactUnavailable(path, missing)
+        return wrap(self._data[name], path, self._reads)
+
+    def get(self, name: str) -> Any:
+        """For helper functions: like attribute access in an expression."""
+        return self.child(name)
+
+    def __repr__(self) -> str:
+        return f"<facts {self._path}>"
+
+
+def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
+    if isinstance(value, Unavailable):
+        reads.append((path, value))
+        raise FactUnavailable(path, value)
+    if isinstance(value, Mapping):
+        return FactView(value, path, reads)
+    if isinstance(value, list) and value and isinstance(value[0], Mapping):
+        return [FactView(v, f"{path}[{i}]", reads) for i, v in enumerate(value)]
+    reads.append((path, value))
+    return value
+
+
+class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
+    """simpleeval with attribute access limited to FactView objects."""
+
+    def _eval_call(self, node: ast.Call) -> Any:
+        # available(fact) asks whether a fact is known; it must see the fact unevaluated.
+        if isinstance(node.func, ast.Name) and node.func.id == "available":
+            try:
+                self._eval(node.args[0])
+            except FactUnavailable:
+                return False
+            return True
+        return super()._eval_call(node)
+
+    def _eval_attribute(self, node: ast.Attribute) -> Any:
+        base = self._eval(node.value)
+        if isinstance(base, FactView):
+            return base.child(node.attr)
+        raise InvalidExpression(f"attribute .{node.attr} is only allowed on facts")
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A checked, parsed expression."""
+
+    source: str
+    tree: ast.AST
+    paths: tuple[str, ...]
+
+    def evaluate(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> Any:
+        evaluator = _Evaluator(names=dict(names), functions=dict(functions))
+        return evaluator.eval(self.source, previously_parsed=self.tree)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
+    """Parse and check an expression. ``roots`` maps each name to its schema node."""
+    if not isinstance(source, str) or not source.strip():
+        raise ExpressionError("empty expression")
+    if len(source) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExpressionError(f"invalid syntax at column {exc.offset}: {exc.msg}") from None
+    paths: list[str] = []
+
+    def visit(node: ast.AST, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
+        if not isinstance(node, ALLOWED_NODES):
+            raise ExpressionError(f"{type(node).__name__} is not allowed in rule expressions")
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (str, bytes)) and len(node.value) > MAX_CONSTANT_LENGTH:
+                raise ExpressionError("string constant too long")
+            if isinstance(node.value, int) and not isinstance(node.value, bool) and abs(node.value) > 2**64:
+                raise ExpressionError("integer constant too large")
+            if isinstance(node.value, bytes) or node.value is Ellipsis:
+                raise ExpressionError("bytes and ... are not allowed")
+            return
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+                name = getattr(node.func, "id", None) or ast.unparse(node.func)
+                known = ", ".join(sorted(FUNCTIONS))
+                raise ExpressionError(f"call of {name!r} is not allowed; functions: {known}")
+            if node.keywords:
+                raise ExpressionError("keyword arguments are not allowed")
+            if node.func.id == "available" and len(node.args) != 1:
+                raise ExpressionError("available() takes exactly one fact")
+            for arg in node.args:
+                if isinstance(arg, ast.Starred):
+                    raise ExpressionError("*args is not allowed")
+                visit(arg, depth + 1)
+            return
+        if isinstance(node, ast.Subscript):
+            index = node.slice
+            if not (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))):
+                raise ExpressionError("subscripts must be a constant index or key")
+            visit(node.value, depth + 1)
+            return
+        if isinstance(node, ast.Attribute) or isinstance(node, ast.Name):
+            dotted = _dotted(node)
+            if dotted is None:
+                raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
+            check_path(dotted, roots)
+            if "." in dotted:
+                paths.append(dotted)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, depth + 1)
+
+    visit(tree, 0)
+    return Expression(source=source.strip(), tree=tree.body, paths=tuple(dict.fromkeys(paths)))
+
+
+def check_path(dotted: str, roots: Mapping[str, Any]) -> None:
+    parts = dotted.split(".")
+    head = parts[0]
+    if head not in roots:
+        if head in FUNCTIONS:
+            raise ExpressionError(f"{head} is a function; call it as {head}(...)")
+        suggestion = difflib.get_close_matches(head, list(roots), n=1)
+        hint = f" (did you mean {suggestion[0]}?)" if suggestion else ""
+        raise ExpressionError(f"unknown name {head!r}{hint}; names: {', '.join(sorted(roots))}")
+    node = roots[head]
+    walked = head
+    for part in parts[1:]:
+        if part.startswith("_"):
+            raise ExpressionError(f"attribute {part!r} is not allowed")
+        child = factpaths.child(node, part)
+        if child is None:
+            options = factpaths.children(node)
+            suggestion = difflib.get_close_matches(part, options, n=1)
+            hint = f" (did you mean {walked}.{suggestion[0]}?)" if suggestion else ""
+            raise ExpressionError(f"unknown fact {walked}.{part}{hint}")
+        node = child
+        walked = f"{walked}.{part}"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A message/fix template: literal text with {expression[:spec]} placeholders."""
+
+    source: str
+    parts: tuple[tuple[str, Expression | None, str], ...]
+
+    def render(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> str:
+        out: list[str] = []
+        for literal, expr, spec in self.parts:
+            out.append(literal)
+            if expr is None:
+                continue
+            try:
+                value = expr.evaluate(names, functions)
+            except FactUnavailable:
+                out.append("unknown")
+                continue
+            out.append(format_value(value, spec))
+        return "".join(out)
+
+
+def format_value(value: Any, spec: str = "") -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(v) for v in value)
+    if spec:
+        try:
+            return format(value, spec)
+        except (ValueError, TypeError):
+            return str(value)
+    return str(value)
+
+
+def compile_template(source: str, roots: Mapping[str, Any]) -> Template:
+    if len(source) > 4 * MAX_EXPRESSION_LENGTH:
+        raise ExpressionError("template too long")
+    parts: list[tuple[str, Expression | None, str]] = []
+    try:
+        parsed = list(string.Formatter().parse(source))
+    except ValueError as exc:
+        raise ExpressionError(f"bad template: {exc} (write {{{{ and }}}} for literal braces)") from None
+    for literal, field, spec, conversion in parsed:
+        if field is None:
+            parts.append((literal, None, ""))
+            continue
+        if conversion:
+            raise ExpressionError(f"conversion !{conversion} is not allowed in templates")
+        if spec and not FORMAT_SPEC.match(spec):
+            raise ExpressionError(f"format spec {spec!r} is not allowed (e.g. use .1f or >4)")
+        if not field.strip():
+            raise ExpressionError("empty {} placeholder")
+        try:
+            expr = compile_expression(field, roots)
+        except ExpressionError as exc:
+            raise ExpressionError(f"in placeholder {{{field}}}: {exc}") from None
+        parts.append((literal, expr, spec))
+    return Template(source=source, parts=tuple(parts))
+
+
+def section_views(facts: Mapping[str, Any], sections: Sequence[str], reads: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Each facts section as a view; an unavailable section makes every path into it unavailable."""
+    names: dict[str, Any] = {}
+    for section in sections:
+        value = facts.get(section, Unavailable("not_found", f"no {section} section in the facts"))
+        if isinstance(value, Unavailable):
+            names[section] = _UnavailableSection(section, value, reads)
+        else:
+            names[section] = wrap(value, section, reads)
+    return names
+
+
+class _UnavailableSection(FactView):
+    """A whole section that could not be read: any path into it is unavailable."""
+
+    __slots__ = ("_unavailable",)
+
+    def __init__(self, section: str, unavailable: Unavailable, reads: list[tuple[str, Any]]) -> None:
+        super().__init__({}, section, reads)
+        self._unavailable = unavailable
+
+    def child(self, name: str) -> Any:
+        path = f"{self._path}.{name}"
+        self._reads.append((path, self._unavailable))
+        raise FactUnavailable(path, self._unavailable)

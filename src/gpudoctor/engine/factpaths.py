@@ -1,0 +1,95 @@
+"""Which fact paths exist: derived from the facts JSON Schema.
+
+Rules are checked against this at load, so a typo such as
+``gpu.pcie_widht`` is refused with a suggestion instead of silently
+making the rule "unknown" forever.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from ..schemas import load_schema
+
+SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml")
+
+
+def _facts() -> dict[str, Any]:
+    return load_schema("facts")
+
+
+def _deref(node: Any) -> Any:
+    """Follow $ref and pick the object/array branch of an anyOf (not the unavailable marker)."""
+    seen = 0
+    while isinstance(node, dict) and seen < 16:
+        seen += 1
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            node = _facts()["$defs"][name]
+            continue
+        if "anyOf" in node:
+            branches = [b for b in node["anyOf"] if b.get("$ref") != "#/$defs/unavailable"]
+            if len(branches) == 1:
+                node = branches[0]
+                continue
+            # scalars with several types (e.g. string or null): a leaf
+            return {"leaf": True}
+        return node
+    return node
+
+
+def child(node: Any, name: str) -> Any | None:
+    """Schema node of ``node.name``, or None when there is no such fact."""
+    node = _deref(node)
+    if not isinstance(node, dict):
+        return None
+    props = node.get("properties")
+    if props and name in props:
+        return props[name]
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        return extra
+    return None
+
+
+def children(node: Any) -> list[str]:
+    node = _deref(node)
+    if isinstance(node, dict):
+        return sorted(node.get("properties", {}))
+    return []
+
+
+def _def(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = _facts()["$defs"][name]
+    return schema
+
+
+@lru_cache(maxsize=None)
+def subject_schema(kind: str) -> dict[str, Any]:
+    """Schema of the subject variable a rule sees for ``subject: kind``."""
+    if kind == "gpu":
+        props = dict(_def("nvml_gpu")["properties"])
+        props.update({
+            "bus_id": {"type": "string", "description": "PCI bus id, 0000:18:00.0"},
+            "vendor": {"type": "string", "description": "nvidia, amd, intel, ..."},
+            "label": {"type": "string", "description": "GPU 0 (0000:18:00.0)"},
+            "in_nvml": {"$ref": "#/$defs/bool", "description": "NVML lists this GPU (unavailable when NVML did not answer)"},
+            "on_pci": {"type": "boolean", "description": "sysfs lists this GPU"},
+            "local_cpus": {"$ref": "#/$defs/intlist", "description": "CPUs local to the GPU: NVML affinity, else sysfs local_cpulist"},
+            "numa_node": {"$ref": "#/$defs/int", "description": "NUMA node: sysfs numa_node unless -1, else NVML memory affinity"},
+            "pci": {"$ref": "#/$defs/pci_device"},
+        })
+        return {"type": "object", "properties": props}
+    if kind == "numa_node":
+        props = dict(_def("numa_node")["properties"])
+        props["gpus"] = {"type": "array", "description": "bus ids of GPUs on this node"}
+        return {"type": "object", "properties": props}
+    if kind == "nic":
+        return _def("pci_device")
+    raise KeyError(kind)
+
+
+def section_roots() -> dict[str, Any]:
+    props: dict[str, Any] = _facts()["properties"]
+    return {name: props[name] for name in SECTIONS}

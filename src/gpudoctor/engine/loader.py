@@ -1,0 +1,348 @@
+"""Loading rule files and data tables: YAML → schema check → compiled rules.
+
+Rules come from the built-in ``rules/`` folder shipped in the wheel, from
+``--rules DIR`` (repeatable) and from packages that register a directory
+under the ``gpudoctor.rules`` entry-point group; all go through the same
+path here. Any problem (YAML syntax, duplicate key, unknown field, wrong
+type, bad expression, unknown fact, duplicate id, unknown table) raises
+:class:`RuleLoadError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from ..findings import AREAS, Severity
+from ..schemas import validate
+from . import factpaths
+from .expressions import Expression, ExpressionError, Template, compile_expression, compile_template
+from .helpers import FUNCTIONS
+from .subjects import SUBJECT_VARIABLE
+
+ENTRY_POINT_GROUP = "gpudoctor.rules"
+
+
+class RuleLoadError(Exception):
+    def __init__(self, path: str, line: int | None, message: str) -> None:
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.message = message
+
+
+class _LineDict(dict):  # type: ignore[type-arg]
+    line: int = 0
+
+
+def _loader_class() -> type:
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class LineLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _LineDict:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line
+            mapping = _LineDict(super().construct_mapping(node, deep=True))
+            mapping.line = node.start_mark.line + 1
+            return mapping
+
+    LineLoader.add_constructor("tag:yaml.org,2002:map", LineLoader.construct_mapping)
+    return LineLoader
+
+
+_LOADER: type | None = None
+
+
+def read_yaml(path: Path) -> Any:
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleLoadError(str(path), None, f"cannot read: {exc}") from None
+    try:
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or str(exc)
+        raise RuleLoadError(str(path), line, f"YAML error: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise RuleLoadError(str(path), None, f"YAML error: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    area: str
+    severity: Severity
+    subject: str
+    fail_if: Expression
+    message: Template
+    fix: Template
+    why: str
+    refs: tuple[str, ...]
+    tags: tuple[str, ...] = ()
+    applies: Expression | None = None
+    pass_message: Template | None = None
+    docs: str = ""
+    source: str = ""
+    line: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def facts_used(self) -> list[str]:
+        used = list(self.fail_if.paths)
+        if self.applies:
+            used = list(self.applies.paths) + used
+        return list(dict.fromkeys(used))
+
+
+@dataclass
+class RuleSet:
+    rules: list[Rule]
+    tables: dict[str, Any]
+    sources: list[str]
+
+    def by_id(self, rule_id: str) -> Rule | None:
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        return None
+
+
+def builtin_rules_dir() -> Path:
+    """The rules shipped in the wheel (gpudoctor/rules), else the repo's rules/ (editable install)."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "rules"
+    if packaged.is_dir():
+        return packaged
+    return here.parent.parent / "rules"
+
+
+def entry_point_dirs() -> list[tuple[str, Path]]:
+    """Rule directories registered by installed packages (group gpudoctor.rules).
+
+    An entry point names a module (its directory holds the rule files) or a
+    callable returning a directory path.
+    """
+    if os.environ.get("GPUDOCTOR_NO_PLUGINS"):
+        return []
+    from importlib.metadata import entry_points
+
+    try:
+        eps = entry_points(group=ENTRY_POINT_GROUP)  # type: ignore[call-arg]
+    except TypeError:  # Python 3.9: entry_points() returns a dict
+        eps = entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined]
+    out: list[tuple[str, Path]] = []
+    for ep in eps:
+        try:
+            target = ep.load()
+        except Exception as exc:
+            raise RuleLoadError(f"entry point {ep.name}", None, f"cannot load rule pack: {exc}") from None
+        if callable(target):
+            target = target()
+        if hasattr(target, "__file__") and target.__file__:
+            out.append((ep.name, Path(target.__file__).parent))
+        else:
+            out.append((ep.name, Path(str(target))))
+    return out
+
+
+def _rule_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise RuleLoadError(str(directory), None, "not a directory of rule files")
+    return sorted(p for p in directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+
+
+def load_tables(directory: Path) -> dict[str, Any]:
+    tables: dict[str, Any] = {}
+    if not directory.is_dir():
+        return tables
+    for path in sorted(directory.glob("*.yaml")):
+        data = read_yaml(path)
+        if isinstance(data, dict) and isinstance(data.get("retrieved"), datetime.date):
+            data["retrieved"] = data["retrieved"].isoformat()  # YAML reads unquoted dates as dates
+        problem = validate("table", data)
+        if problem:
+            raise RuleLoadError(str(path), getattr(data, "line", None), f"data table: {problem}")
+        name = data["name"]
+        if name in tables:
+            raise RuleLoadError(str(path), data.line, f"duplicate data table name {name!r}")
+        rows = {str(k): v for k, v in data["rows"].items()}
+        tables[name] = {**data, "rows": rows, "path": str(path)}
+    return tables
+
+
+def _item_line(data: Any, problem: str) -> int | None:
+    """Best line for a schema problem such as 'data[3].fail_if: ...'."""
+    import re
+
+    m = re.match(r"\[(\d+)\]", problem.replace("data", "", 1) if problem.startswith("data") else problem)
+    if m and isinstance(data, list):
+        idx = int(m.group(1))
+        if 0 <= idx < len(data):
+            return getattr(data[idx], "line", None)
+    return None
+
+
+def _roots(subject: str) -> dict[str, Any]:
+    roots: dict[str, Any] = dict(factpaths.section_roots())
+    roots["gpus"] = {"type": "array"}
+    variable = SUBJECT_VARIABLE[subject]
+    if variable:
+        roots[variable] = factpaths.subject_schema(subject)
+    return roots
+
+
+def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
+    line = getattr(raw, "line", 0)
+    rule_id = raw["id"]
+    subject = raw.get("subject", "host")
+    roots = _roots(subject)
+
+    def expr(key: str) -> Expression:
+        try:
+            compiled = compile_expression(raw[key], roots)
+        except ExpressionError as exc:
+            raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
+        _check_tables(compiled.source, tables, path, line, rule_id, key)
+        return compiled
+
+    def template(key: str) -> Template:
+        try:
+            compiled = compile_template(raw[key], roots)
+        except ExpressionError as exc:
+            raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
+        for _, part, _spec in compiled.parts:
+            if part is not None:
+                _check_tables(part.source, tables, path, line, rule_id, key)
+        return compiled
+
+    return Rule(
+        id=rule_id,
+        title=raw["title"],
+        area=raw["area"],
+        severity=Severity(raw["severity"]),
+        subject=subject,
+        fail_if=expr("fail_if"),
+        applies=expr("applies") if "applies" in raw else None,
+        message=template("message"),
+        pass_message=template("pass_message") if "pass_message" in raw else None,
+        fix=template("fix"),
+        why=raw["why"].strip(),
+        refs=tuple(raw["refs"]),
+        tags=tuple(raw.get("tags", ())),
+        docs=raw.get("docs", ""),
+        source=path,
+        line=line,
+        raw=dict(raw),
+    )
+
+
+def _check_tables(source: str, tables: dict[str, Any], path: str, line: int, rule_id: str, key: str) -> None:
+    """lookup()/flag_names() must name a table that exists (checked at load, not at 2 a.m.)."""
+    import ast
+
+    tree = ast.parse(source, mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("lookup", "flag_names"):
+            arg_index = 0 if node.func.id == "lookup" else 1
+            if len(node.args) <= arg_index:
+                raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {node.func.id}() needs a table name")
+            arg = node.args[arg_index]
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                raise RuleLoadError(path, line, f"rule {rule_id}: {key}: the table name must be a string constant")
+            if arg.value not in tables:
+                raise RuleLoadError(path, line, f"rule {rule_id}: {key}: no data table {arg.value!r}; "
+                                    f"tables: {', '.join(sorted(tables)) or 'none'}")
+
+
+def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
+    data = read_yaml(path)
+    if data is None:
+        return []
+    problem = validate("rules", data)
+    if problem:
+        raise RuleLoadError(str(path), _item_line(data, problem), problem)
+    return [compile_rule(raw, str(path), tables) for raw in data]
+
+
+def load_rules(extra_dirs: Iterable[str | os.PathLike[str]] = (), include_builtin: bool = True,
+               include_plugins: bool = True) -> RuleSet:
+    """Load built-in, plugin and --rules rule files into one validated RuleSet."""
+    dirs: list[Path] = []
+    if include_builtin:
+        dirs.append(builtin_rules_dir())
+    if include_plugins:
+        dirs.extend(d for _, d in entry_point_dirs())
+    dirs.extend(Path(d) for d in extra_dirs)
+    tables: dict[str, Any] = {}
+    for directory in dirs:
+        for name, table in load_tables(directory / "data").items():
+            if name in tables:
+                raise RuleLoadError(table["path"], None, f"data table {name!r} also defined in {tables[name]['path']}")
+            tables[name] = table
+    rules: list[Rule] = []
+    seen: dict[str, Rule] = {}
+    sources: list[str] = []
+    for directory in dirs:
+        for path in _rule_files(directory):
+            sources.append(str(path))
+            for rule in load_rule_file(path, tables):
+                if rule.id in seen:
+                    first = seen[rule.id]
+                    raise RuleLoadError(rule.source, rule.line,
+                                        f"duplicate rule id {rule.id!r} (first defined at {first.source}:{first.line})")
+                seen[rule.id] = rule
+                rules.append(rule)
+    return RuleSet(rules=rules, tables=tables, sources=sources)
+
+
+def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
+    """Validate rule files or directories (for `gpudoctor rules validate`). Returns (rule count, errors)."""
+    errors: list[str] = []
+    count = 0
+    builtin_tables = load_tables(builtin_rules_dir() / "data")
+    for raw_path in paths:
+        path = Path(raw_path)
+        files = _rule_files(path) if path.is_dir() else [path]
+        tables = dict(builtin_tables)
+        if path.is_dir():
+            try:
+                tables.update(load_tables(path / "data"))
+            except RuleLoadError as exc:
+                errors.append(str(exc))
+                continue
+        ids: dict[str, str] = {}
+        for file in files:
+            if not file.exists():
+                errors.append(f"{file}: no such file")
+                continue
+            try:
+                for rule in load_rule_file(file, tables):
+                    if rule.id in ids:
+                        raise RuleLoadError(rule.source, rule.line, f"duplicate rule id {rule.id!r} (also in {ids[rule.id]})")
+                    ids[rule.id] = f"{rule.source}:{rule.line}"
+                    count += 1
+            except RuleLoadError as exc:
+                errors.append(str(exc))
+    return count, errors
+
+
+ALLOWED_AREAS = tuple(AREAS)
+ALLOWED_FUNCTIONS = FUNCTIONS

@@ -1,0 +1,182 @@
+"""Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC.
+
+A GPU subject joins what sysfs (PCI) and NVML say about one card by PCI
+bus id, so a GPU that fell off NVML but is still on the bus is a subject
+too, and every GPU is named by index *and* bus id. NVML fields of a GPU
+NVML does not list are unavailable, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..facts import Unavailable
+from ..findings import HOST, Subject
+from . import factpaths
+
+NVML_REASON = {
+    "library_not_found": "not_found",
+    "driver_not_loaded": "driver_not_loaded",
+    "no_permission": "no_permission",
+    "timeout": "timeout",
+}
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """"00000000:9A:00.0" → "0000:9a:00.0"."""
+    text = bus_id.strip().lower()
+    domain, _, rest = text.partition(":")
+    if rest and len(domain) > 4:
+        domain = domain[-4:]
+    return f"{domain}:{rest}" if rest else text
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = facts.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    nvml = _section(facts, "nvml")
+    status = nvml.get("status", "error")
+    nvml_ok = status == "ok"
+    nvml_gpus = _list(nvml.get("gpus"))
+    pci_gpus = [d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and d.get("kind") == "gpu"]
+    by_bus: dict[str, Mapping[str, Any]] = {}
+    for dev in pci_gpus:
+        bus = dev.get("bus_id")
+        if isinstance(bus, str):
+            by_bus[normalise_bus_id(bus)] = dev
+
+    nvml_fields = list(factpaths.subject_schema("gpu")["properties"])
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for rec in nvml_gpus:
+        if not isinstance(rec, Mapping):
+            continue
+        bus = rec.get("bus_id")
+        bus_norm = normalise_bus_id(bus) if isinstance(bus, str) else ""
+        pci = by_bus.get(bus_norm)
+        seen.add(bus_norm)
+        subject = dict(rec)
+        subject["bus_id"] = bus_norm or Unavailable("error", "NVML gave no PCI bus id")
+        vendor = pci.get("vendor") if pci else "nvidia"
+        subject["vendor"] = vendor if isinstance(vendor, str) else "nvidia"
+        subject["in_nvml"] = True
+        subject["on_pci"] = pci is not None
+        subject["pci"] = dict(pci) if pci else Unavailable("not_found", f"sysfs lists no PCI device {bus_norm}")
+        subject["label"] = f"GPU {rec.get('index')} ({bus_norm})"
+        out.append(subject)
+
+    if nvml_ok:
+        missing = Unavailable("not_found", "NVML does not list this GPU")
+        in_nvml: Any = False
+    else:
+        reason = NVML_REASON.get(str(status), "error")
+        detail = f"NVML did not answer ({status}: {nvml.get('error', '')})".rstrip(": )") + ")"
+        missing = Unavailable(reason, detail)
+        in_nvml = missing
+    for bus_norm, dev in sorted(by_bus.items()):
+        if bus_norm in seen:
+            continue
+        vendor = dev.get("vendor") if isinstance(dev.get("vendor"), str) else "other"
+        subject = {name: missing for name in nvml_fields}
+        if vendor != "nvidia":
+            subject = {name: Unavailable("not_supported", f"NVML covers NVIDIA GPUs only ({vendor})") for name in nvml_fields}
+        subject.update({
+            "bus_id": bus_norm,
+            "vendor": vendor,
+            "in_nvml": in_nvml if vendor == "nvidia" else False,
+            "on_pci": True,
+            "pci": dict(dev),
+            "label": f"{vendor.upper() if vendor in ('amd', 'nvidia') else vendor} GPU ({bus_norm})"
+            if vendor != "nvidia" else f"GPU ? ({bus_norm})",
+            "index": Unavailable(missing.reason, missing.detail) if vendor == "nvidia" else
+            Unavailable("not_supported", "no NVML index for a non-NVIDIA GPU"),
+        })
+        out.append(subject)
+
+    for subject in out:
+        subject["local_cpus"] = _local_cpus(subject)
+        subject["numa_node"] = _numa_node(subject)
+    return out
+
+
+def _local_cpus(subject: Mapping[str, Any]) -> Any:
+    affinity = subject.get("cpu_affinity")
+    if isinstance(affinity, list) and affinity:
+        return affinity
+    pci = subject.get("pci")
+    if isinstance(pci, Mapping):
+        return pci.get("local_cpus", Unavailable("not_found", "no local_cpulist"))
+    return affinity if isinstance(affinity, Unavailable) else Unavailable("not_found", "no CPU affinity known")
+
+
+def _numa_node(subject: Mapping[str, Any]) -> Any:
+    pci = subject.get("pci")
+    sysfs_node = pci.get("numa_node") if isinstance(pci, Mapping) else None
+    if isinstance(sysfs_node, int) and sysfs_node >= 0:
+        return sysfs_node
+    mem = subject.get("memory_affinity")
+    if isinstance(mem, list) and len(mem) == 1:
+        return mem[0]
+    if isinstance(sysfs_node, int):
+        return sysfs_node  # -1: the firmware gave none and NVML could not say either
+    if isinstance(sysfs_node, Unavailable):
+        return sysfs_node
+    return Unavailable("not_found", "no NUMA node known for this GPU")
+
+
+def gpu_subject_ref(subject: Mapping[str, Any]) -> Subject:
+    index = subject.get("index")
+    uuid = subject.get("uuid")
+    bus = subject.get("bus_id")
+    return Subject(
+        kind="gpu",
+        label=str(subject.get("label")),
+        index=index if isinstance(index, int) else None,
+        bus_id=bus if isinstance(bus, str) else None,
+        uuid=uuid if isinstance(uuid, str) else None,
+    )
+
+
+def numa_subjects(facts: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    nodes = _list(_section(facts, "numa").get("nodes"))
+    out = []
+    for node in nodes:
+        if not isinstance(node, Mapping):
+            continue
+        subject = dict(node)
+        subject["gpus"] = [g["bus_id"] for g in gpus if g.get("numa_node") == node.get("id")]
+        out.append(subject)
+    return out
+
+
+def nic_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(d) for d in _list(_section(facts, "pci").get("devices"))
+            if isinstance(d, Mapping) and d.get("kind") == "nic"]
+
+
+def subjects_for(kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[tuple[Subject, dict[str, Any] | None]]:
+    """(reference, data) pairs for a rule's subject kind; host has no data of its own."""
+    if kind == "host":
+        return [(HOST, None)]
+    if kind == "gpu":
+        return [(gpu_subject_ref(g), g) for g in gpus]
+    if kind == "numa_node":
+        return [(Subject("numa_node", f"node {n.get('id')}", index=n.get("id")), n) for n in numa_subjects(facts, gpus)]
+    if kind == "nic":
+        refs = []
+        for n in nic_subjects(facts):
+            rdma = n.get("rdma_devices")
+            name = rdma[0] if isinstance(rdma, list) and rdma else "NIC"
+            refs.append((Subject("nic", f"{name} ({n.get('bus_id')})", bus_id=n.get("bus_id")), n))
+        return refs
+    raise KeyError(kind)
+
+
+SUBJECT_VARIABLE = {"host": None, "gpu": "gpu", "numa_node": "node", "nic": "nic"}

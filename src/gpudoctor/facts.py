@@ -1,0 +1,172 @@
+"""The facts snapshot: what probes read, as plain JSON-able data.
+
+A fact is either a known value (str, int, float, bool, None-free lists and
+dicts of those) or an :class:`Unavailable` marker that says why it is not
+known. Probes build nested dicts of facts; the snapshot is those dicts plus
+``schema_version`` and the gpudoctor version. Nothing in here judges.
+
+On disk an unavailable fact is ``{"unavailable": "<reason>", "detail": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from . import __version__
+
+SCHEMA_VERSION = 1
+
+# Why a fact is not known. Kept small on purpose: a rule only needs to know
+# that it cannot judge, a person needs the detail.
+REASONS = (
+    "not_found",
+    "not_supported",
+    "no_permission",
+    "driver_not_loaded",
+    "timeout",
+    "error",
+)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A fact that could not be read, with the reason and a human detail."""
+
+    reason: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"unknown unavailable reason {self.reason!r}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"unavailable": self.reason, "detail": self.detail}
+
+    def __str__(self) -> str:
+        return f"unavailable ({self.reason}{': ' + self.detail if self.detail else ''})"
+
+
+def is_unavailable(value: Any) -> bool:
+    return isinstance(value, Unavailable)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert a facts tree (with Unavailable markers) to plain JSON data."""
+    if isinstance(value, Unavailable):
+        return value.to_json()
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def from_jsonable(value: Any) -> Any:
+    """Inverse of :func:`to_jsonable`: turn marker dicts back into Unavailable."""
+    if isinstance(value, dict):
+        if set(value) <= {"unavailable", "detail"} and "unavailable" in value:
+            reason = value["unavailable"]
+            if reason not in REASONS:
+                raise SnapshotError(f"unknown unavailable reason {reason!r}")
+            return Unavailable(reason, str(value.get("detail", "")))
+        return {k: from_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_jsonable(v) for v in value]
+    return value
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be used: unreadable, not JSON, wrong schema."""
+
+
+def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield (dotted path, leaf) for every leaf of a facts tree."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from walk(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def make_snapshot(sections: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    snap: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "gpudoctor_version": __version__,
+        "meta": dict(meta),
+    }
+    snap.update(sections)
+    return snap
+
+
+def dumps(snapshot: Mapping[str, Any]) -> str:
+    return json.dumps(to_jsonable(snapshot), indent=2, sort_keys=False) + "\n"
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write text so that readers never see a half-written file."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a snapshot file; raise SnapshotError with a clear message."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc}") from None
+    return parse_snapshot(text, str(path))
+
+
+def parse_snapshot(text: str, origin: str = "<snapshot>") -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(
+            f"{origin}: not a gpudoctor snapshot: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: top level is {type(data).__name__}, not an object")
+    version = data.get("schema_version")
+    if version is None:
+        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: no schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SnapshotError(f"{origin}: schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SnapshotError(
+            f"{origin}: snapshot schema_version {version} is newer than this gpudoctor understands "
+            f"({SCHEMA_VERSION}); upgrade gpudoctor (snapshot written by gpudoctor {data.get('gpudoctor_version', '?')})"
+        )
+    if version < 1:
+        raise SnapshotError(f"{origin}: snapshot schema_version {version} is not supported")
+    from .schemas import validate_facts
+
+    problems = validate_facts(data)
+    if problems:
+        raise SnapshotError(f"{origin}: snapshot does not match the facts schema: {problems}")
+    try:
+        return from_jsonable(data)  # type: ignore[no-any-return]
+    except SnapshotError as exc:
+        raise SnapshotError(f"{origin}: {exc}") from None

@@ -1,0 +1,30 @@
+"""The machine report (`--format json`), described by schemas/report.schema.json."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .. import __version__
+from ..findings import Report, Status
+from .text import header
+
+REPORT_SCHEMA_VERSION = 1
+
+
+def to_dict(report: Report, facts: Mapping[str, Any], include_skipped: bool = False) -> dict[str, Any]:
+    return {
+        "report_schema_version": REPORT_SCHEMA_VERSION,
+        "gpudoctor_version": __version__,
+        "host": header(facts),
+        "facts_origin": report.facts_origin,
+        "verdict": "fail" if report.blocking() else "pass",
+        "exit_code": report.exit_code,
+        "fail_on": report.fail_on.value,
+        "summary": report.counts(),
+        "findings": [f.to_json() for f in report.findings if include_skipped or f.status is not Status.SKIP],
+    }
+
+
+def render(report: Report, facts: Mapping[str, Any], include_skipped: bool = False) -> str:
+    return json.dumps(to_dict(report, facts, include_skipped), indent=2, ensure_ascii=False) + "\n"

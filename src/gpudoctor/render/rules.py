@@ -1,0 +1,80 @@
+"""Rule catalogue views: `gpudoctor rules list` and `gpudoctor rules show`."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from ..engine.loader import Rule, RuleSet
+from ..findings import AREAS
+
+
+def rule_dict(rule: Rule) -> dict[str, Any]:
+    return {
+        "id": rule.id,
+        "title": rule.title,
+        "area": rule.area,
+        "severity": rule.severity.value,
+        "subject": rule.subject,
+        "tags": list(rule.tags),
+        "applies": rule.applies.source if rule.applies else None,
+        "fail_if": rule.fail_if.source,
+        "facts": rule.facts_used,
+        "message": rule.message.source,
+        "fix": rule.fix.source,
+        "why": rule.why,
+        "refs": list(rule.refs),
+        "docs": rule.docs,
+        "source": f"{rule.source}:{rule.line}",
+    }
+
+
+def list_json(ruleset: RuleSet) -> str:
+    return json.dumps([rule_dict(r) for r in ruleset.rules], indent=2, ensure_ascii=False) + "\n"
+
+
+def list_text(ruleset: RuleSet) -> str:
+    width = max([len(r.id) for r in ruleset.rules] + [4])
+    lines = []
+    for area, heading in AREAS.items():
+        rules = [r for r in ruleset.rules if r.area == area]
+        if not rules:
+            continue
+        lines.append(f"{heading}")
+        for r in rules:
+            lines.append(f"  {r.id:<{width}}  {r.severity.value:<7}  {r.subject:<9}  {r.title}")
+    lines.append(f"\n{len(ruleset.rules)} rules. `gpudoctor rules show ID` explains one.")
+    return "\n".join(lines) + "\n"
+
+
+def show_text(rule: Rule) -> str:
+    def block(label: str, text: str) -> list[str]:
+        out = [f"{label}:"]
+        for para in text.strip().splitlines():
+            out.extend(textwrap.wrap(para, 96, initial_indent="  ", subsequent_indent="  ") or [""])
+        return out
+
+    lines = [
+        f"{rule.id}: {rule.title}",
+        f"area: {AREAS.get(rule.area, rule.area)} · severity: {rule.severity.value} · subject: {rule.subject}"
+        + (f" · tags: {', '.join(rule.tags)}" if rule.tags else ""),
+        "",
+        *block("Why it matters", rule.why),
+        "",
+    ]
+    if rule.applies:
+        lines.append(f"Applies when:  {rule.applies.source}")
+    lines.append(f"Fails when:    {rule.fail_if.source}")
+    lines.append(f"Reads:         {', '.join(rule.facts_used) or '-'}")
+    lines.append("")
+    lines.extend(block("Message", rule.message.source))
+    lines.append("")
+    lines.extend(block("Fix", rule.fix.source))
+    lines.append("")
+    lines.append("References:")
+    lines.extend(f"  - {ref}" for ref in rule.refs)
+    if rule.docs:
+        lines.append(f"Docs: {rule.docs}")
+    lines.append(f"Defined in {rule.source}:{rule.line}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,196 @@
+"""The human report: grouped by area, failures first within an area, the
+evidence and the fix under each failure, a summary and a verdict at the end.
+
+Formatting only: no judging, no I/O beyond returning a string. Colour is
+applied by the caller's ``style`` function (identity when not a terminal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Any, Callable, Mapping
+
+from ..engine.expressions import format_value
+from ..facts import Unavailable
+from ..findings import AREAS, Finding, Report, Severity, Status
+
+Style = Callable[..., str]
+
+
+def plain(text: str, **_: Any) -> str:
+    return text
+
+
+WIDTH = 100
+
+STATUS_COLOURS = {
+    "FAIL": {"fg": "red", "bold": True},
+    "warn": {"fg": "yellow", "bold": True},
+    "info": {"fg": "cyan"},
+    "pass": {"fg": "green"},
+    "unknown": {"fg": "magenta"},
+    "ERROR": {"fg": "red", "reverse": True},
+}
+
+ORDER = {"ERROR": 0, "FAIL": 1, "warn": 2, "unknown": 3, "info": 4, "pass": 5}
+
+
+def badge(f: Finding) -> str:
+    if f.status is Status.FAIL:
+        return {Severity.ERROR: "FAIL", Severity.WARNING: "warn", Severity.INFO: "info"}[f.severity]
+    if f.status is Status.ERROR:
+        return "ERROR"
+    return f.status.value
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, Unavailable):
+        return f"unavailable ({v.reason})"
+    if isinstance(v, list) and v and all(isinstance(x, int) for x in v) and len(v) > 6:
+        from ..probes.files import format_cpulist
+
+        return f"[{format_cpulist(v)}]"
+    text = format_value(v)
+    if isinstance(v, str):
+        text = f'"{text}"' if text == "" or " " in text else text
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def header(facts: Mapping[str, Any]) -> str:
+    """One line saying which machine this is about."""
+
+    def get(section: str, key: str) -> Any:
+        s = facts.get(section)
+        v = s.get(key) if isinstance(s, Mapping) else None
+        return None if isinstance(v, Unavailable) else v
+
+    bits = []
+    host = get("host", "hostname")
+    os_name = get("host", "os_name")
+    kernel = get("host", "kernel_release")
+    first = host or "host"
+    sys_bits = ", ".join(str(x) for x in (os_name, f"kernel {kernel}" if kernel else None) if x)
+    bits.append(f"{first} ({sys_bits})" if sys_bits else first)
+    nvml = facts.get("nvml") if isinstance(facts.get("nvml"), Mapping) else {}
+    gpus = nvml.get("gpus") if isinstance(nvml, Mapping) else None
+    if isinstance(gpus, list) and gpus:
+        names: dict[str, int] = {}
+        for g in gpus:
+            name = g.get("name") if isinstance(g.get("name"), str) else "GPU"
+            names[name] = names.get(name, 0) + 1
+        bits.append(", ".join(f"{n}× {name}" for name, n in names.items()))
+    else:
+        pci = facts.get("pci")
+        devices = pci.get("devices") if isinstance(pci, Mapping) else None
+        count = sum(1 for d in devices if d.get("kind") == "gpu") if isinstance(devices, list) else 0
+        status = nvml.get("status", "unknown") if isinstance(nvml, Mapping) else "unknown"
+        bits.append(f"{count} GPU(s) on PCI" if count else "no GPU found")
+        if status != "ok":
+            bits.append(f"NVML: {str(status).replace('_', ' ')}")
+    driver = get("nvml", "driver_version") or get("modules", "nvidia_version")
+    if driver:
+        cuda = get("nvml", "cuda_driver_version")
+        bits.append(f"driver {driver}" + (f" (CUDA {cuda})" if cuda else ""))
+    torch = facts.get("torch")
+    if isinstance(torch, Mapping) and torch.get("installed") is True and isinstance(torch.get("version"), str):
+        bits.append(f"torch {torch['version']}")
+    return " · ".join(bits)
+
+
+def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbose: bool = False) -> str:
+    lines: list[str] = []
+    from .. import __version__
+
+    lines.append(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts))
+    if report.facts_origin != "live":
+        lines.append(f"facts: {report.facts_origin}")
+    by_area: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_area.setdefault(f.area, []).append(f)
+    rule_width = max([len(f.rule_id) for f in report.findings] + [10])
+    subject_width = max([len(f.subject.label) for f in report.findings if f.status is not Status.SKIP] + [4])
+    subject_width = min(subject_width, 24)
+    for area, title in AREAS.items():
+        findings = [f for f in by_area.get(area, []) if f.status is not Status.SKIP or verbose]
+        if not findings:
+            continue
+        lines.append("")
+        lines.append(style(title, bold=True, underline=True))
+        for row in _rows(findings, verbose):
+            f, label = row
+            b = badge(f)
+            status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
+            lines.append(f"  {status} {f.rule_id:<{rule_width}}  {label:<{subject_width}}  {f.message}")
+            if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) or verbose:
+                indent = " " * 10
+                if f.detail:
+                    lines.extend(textwrap.wrap(f.detail, WIDTH, initial_indent=f"{indent}why:  ",
+                                               subsequent_indent=indent + "      "))
+                if f.evidence:
+                    read = "; ".join(f"{p} = {_value(v)}" for p, v in f.evidence)
+                    lines.extend(textwrap.wrap(read, WIDTH, initial_indent=f"{indent}read: ",
+                                               subsequent_indent=indent + "      "))
+                if f.fix:
+                    for i, para in enumerate(f.fix.strip().splitlines()):
+                        lines.extend(textwrap.wrap(para, WIDTH, initial_indent=indent + ("fix:  " if i == 0 else "      "),
+                                                   subsequent_indent=indent + "      ") or [indent])
+    lines.append("")
+    lines.extend(summary_lines(report, style))
+    return "\n".join(lines) + "\n"
+
+
+def _rows(findings: list[Finding], verbose: bool) -> list[tuple[Finding, str]]:
+    """One row per non-passing finding; passes of one rule folded into one row."""
+    rows: list[tuple[Finding, str]] = []
+    by_rule: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_rule.setdefault(f.rule_id, []).append(f)
+    for rule_findings in by_rule.values():
+        passes = [f for f in rule_findings if f.status is Status.PASS]
+        for f in rule_findings:
+            if f.status is not Status.PASS or verbose:
+                rows.append((f, f.subject.label))
+        if passes and not verbose:
+            first = passes[0]
+            if len(passes) == 1:
+                label = first.subject.label
+            else:
+                kinds = {"gpu": "GPUs", "numa_node": "nodes", "nic": "NICs"}
+                label = f"{len(passes)} {kinds.get(first.subject.kind, 'subjects')}"
+                if len(passes) < len(rule_findings):
+                    label = f"other {label}"
+                if len({p.message for p in passes}) > 1:
+                    # different per subject: the shared title, not one subject's message
+                    first = dataclasses.replace(first, message=first.title)
+            rows.append((first, label))
+    rows.sort(key=lambda r: ORDER.get(badge(r[0]), 9))
+    return rows
+
+
+def summary_lines(report: Report, style: Style = plain) -> list[str]:
+    c = report.counts()
+    fails = [f for f in report.findings if f.status is Status.FAIL]
+    by_sev = {s: sum(1 for f in fails if f.severity is s) for s in Severity}
+    parts = [
+        f"{c['pass']} passed",
+        f"{c['fail']} failed ({by_sev[Severity.ERROR]} error, {by_sev[Severity.WARNING]} warning, "
+        f"{by_sev[Severity.INFO]} info)",
+        f"{c['unknown']} unknown",
+        f"{c['error']} rule errors",
+        f"{c['skip']} not applicable",
+    ]
+    out = ["Summary: " + ", ".join(parts)]
+    blocking = report.blocking()
+    if blocking:
+        out.append(style(f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
+                         "(exit status 1):", fg="red", bold=True))
+        for f in blocking:
+            out.append(f"  - {f.rule_id} on {f.subject.label}: {f.title}")
+    else:
+        note = ""
+        if c["unknown"] or c["error"]:
+            note = f"; {c['unknown'] + c['error']} check(s) could not be judged, see above"
+        out.append(style(f"Verdict: OK — nothing failed at severity {report.fail_on.value} or above{note}",
+                         fg="green", bold=True))
+    return out

@@ -1,0 +1,56 @@
+"""Shared test setup: the gpu marker, fixture host roots, and snapshots probed from them."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+HOSTS = HERE / "fixtures" / "hosts"
+SNAPSHOTS = HERE / "fixtures" / "snapshots"
+
+
+def _has_gpu() -> bool:
+    if os.environ.get("GPUDOCTOR_TEST_NO_GPU"):
+        return False
+    return Path("/dev/nvidiactl").exists() and shutil.which("nvidia-smi") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def host_root(name: str) -> Path:
+    path = HOSTS / name
+    assert path.is_dir(), f"no fixture host {name}"
+    return path
+
+
+_PROBED: dict[str, dict[str, Any]] = {}
+
+
+def probed(name: str) -> dict[str, Any]:
+    """The facts snapshot of a fixture host root (probed once per session; a deep copy each call)."""
+    if name not in _PROBED:
+        from gpudoctor.context import make_context
+        from gpudoctor.probes import collect_all
+
+        ctx = make_context(root=str(host_root(name)), timeout=20.0, nvml_timeout=5.0)
+        _PROBED[name] = collect_all(ctx)
+    return copy.deepcopy(_PROBED[name])
+
+
+@pytest.fixture
+def snapshot_of():
+    return probed

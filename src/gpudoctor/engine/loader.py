@@ -192,7 +192,7 @@ def _item_line(data: Any, problem: str) -> int | None:
     """Best line for a schema problem such as 'data[3].fail_if: ...'."""
     import re
 
-    m = re.match(r"\[(\d+)\]", problem.replace("data", "", 1) if problem.startswith("data") else problem)
+    m = re.match(r"(?:top level|data)?\[(\d+)\]", problem)
     if m and isinstance(data, list):
         idx = int(m.group(1))
         if 0 <= idx < len(data):

@@ -30,15 +30,39 @@ def _validator(name: str) -> Callable[[Any], Any]:
 
 
 def validate(name: str, data: Any) -> str | None:
-    """Validate data against a shipped schema; return the first problem or None."""
+    """Validate data against a shipped schema; return the first problem or None.
+
+    Where a value fails an anyOf (a fact that is "a value or unavailable"), the
+    branch that is not the unavailable marker is checked again on that value, so
+    the message names the innermost field that is wrong, not the whole list.
+    """
     import fastjsonschema
 
-    try:
-        _validator(name)(data)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        where = exc.name.replace("data.", "", 1) if exc.name else "top level"
-        return f"{where}: {exc.message.replace(exc.name or '', '').strip() or exc.message}"
-    return None
+    schema = load_schema(name)
+    validator = _validator(name)
+    prefix = "data"
+    for _ in range(12):
+        try:
+            validator(data)
+            return None
+        except fastjsonschema.JsonSchemaValueException as exc:
+            definition = exc.definition if isinstance(exc.definition, dict) else {}
+            branches = [b for b in definition.get("anyOf", [])
+                        if b.get("$ref") != "#/$defs/unavailable" and b.get("required") != ["unavailable"]]
+            if exc.rule == "anyOf" and len(branches) == 1 and exc.name:
+                # descend: validate the failing value against the real branch
+                prefix = exc.name
+                data = exc.value
+                sub = dict(branches[0])
+                sub["$defs"] = schema.get("$defs", {})
+                # never fetch anything: every reference is inside the shipped schema
+                validator = fastjsonschema.compile(sub, handlers={"https": lambda _uri: schema, "http": lambda _uri: schema})
+                continue
+            full = exc.name.replace("data", prefix, 1) if exc.name else prefix
+            where = full.replace("data.", "", 1).replace("data", "top level", 1) or "top level"
+            message = exc.message.replace(exc.name or "", "").strip() or exc.message
+            return f"{where}: {message}"
+    return "does not match the schema"
 
 
 def validate_facts(data: Any) -> str | None:

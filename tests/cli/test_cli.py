@@ -1,0 +1,164 @@
+"""The command line as users and job scripts drive it: exit statuses, formats, snapshots, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpudoctor.cli import run
+from gpudoctor.schemas import load_schema
+from tests.conftest import HOSTS
+
+HEALTHY = str(HOSTS / "healthy-2gpu")
+DEGRADED = str(HOSTS / "pcie-degraded")
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = run(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_healthy_host_exits_0_and_reports_every_area(capsys):
+    code, out, err = cli(capsys, "check", "--root", HEALTHY)
+    assert code == 0, out + err
+    for heading in ("Driver & CUDA", "Torch build", "Kernel & OS", "NUMA", "PCIe", "Thermal & clocks", "GPU health",
+                    "Environment"):
+        assert heading in out
+    assert "Verdict: OK" in out
+    assert "\x1b[" not in out  # no colour when not a terminal
+
+
+def test_failed_check_exits_1_and_names_gpu_and_fix(capsys):
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED)
+    assert code == 1
+    assert "FAIL" in out and "pcie-width-degraded" in out and "0000:9a:00.0" in out
+    assert "fix:" in out and "Reseat" in out
+    assert "Verdict: FAIL" in out
+
+
+def test_fail_on_warning_turns_warnings_into_exit_1(capsys):
+    base = HOSTS / "healthy-2gpu"
+    code, _, _ = cli(capsys, "check", "--root", str(base), "--fail-on", "warning")
+    assert code == 0
+    code, out, _ = cli(capsys, "check", "--root", str(HOSTS / "thermal-slowdown"), "--skip", "hw-slowdown-active",
+                       "--fail-on", "warning")
+    assert code == 1 and "sw-thermal-slowdown" in out
+    code, _, _ = cli(capsys, "check", "--root", str(HOSTS / "thermal-slowdown"), "--skip", "hw-slowdown-active")
+    assert code == 0
+
+
+def test_only_and_skip_filter_by_area_tag_and_id(capsys):
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED, "--only", "pcie", "--format", "json")
+    report = json.loads(out)
+    assert {f["area"] for f in report["findings"]} == {"pcie"}
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED, "--skip", "pcie-width-degraded")
+    assert code == 0
+    code, _, err = cli(capsys, "check", "--root", DEGRADED, "--only", "no-such-thing")
+    assert code == 2 and "no-such-thing" in err
+
+
+def test_json_report_validates_against_its_schema(capsys):
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED, "--format", "json")
+    report = json.loads(out)
+    jsonschema.validate(report, load_schema("report"))
+    assert report["verdict"] == "fail" and report["exit_code"] == code == 1
+    failed = [f for f in report["findings"] if f["status"] == "fail"]
+    assert failed[0]["subject"]["bus_id"] == "0000:9a:00.0"
+    assert {"fact": "gpu.pcie_width", "value": 8} in failed[0]["evidence"]
+
+
+def test_probe_snapshot_roundtrip_gives_the_same_verdict(capsys, tmp_path):
+    snap = tmp_path / "host.json"
+    code, _, _ = cli(capsys, "probe", "--root", DEGRADED, "-o", str(snap))
+    assert code == 0
+    data = json.loads(snap.read_text())
+    jsonschema.validate(data, load_schema("facts"))
+    assert data["schema_version"] == 1 and data["gpudoctor_version"]
+    _, live, _ = cli(capsys, "check", "--root", DEGRADED, "--format", "json")
+    code, offline, _ = cli(capsys, "check", "--facts", str(snap), "--format", "json")
+    assert code == 1
+    strip = lambda r: {k: v for k, v in json.loads(r).items() if k != "facts_origin"}  # noqa: E731
+    assert strip(live) == strip(offline)
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("", "invalid JSON"),
+        ('{"schema_version": 1, "host": ', "invalid JSON"),
+        ("[1, 2]", "top level is list"),
+        ('{"hello": 1}', "no schema_version"),
+        ('{"schema_version": 99, "gpudoctor_version": "9.0"}', "newer than this gpudoctor"),
+        ('{"schema_version": "1"}', "must be an integer"),
+        ('{"schema_version": 1, "gpudoctor_version": "0.1.0"}', "facts schema"),
+    ],
+)
+def test_bad_snapshot_exits_2_with_a_clear_message(capsys, tmp_path, content, needle):
+    snap = tmp_path / "bad.json"
+    snap.write_text(content)
+    code, out, err = cli(capsys, "check", "--facts", str(snap))
+    assert code == 2
+    assert needle in err and "Traceback" not in err + out
+
+
+def test_wrong_type_in_snapshot_is_refused(capsys, tmp_path):
+    snap = tmp_path / "host.json"
+    cli(capsys, "probe", "--root", HEALTHY, "-o", str(snap))
+    data = json.loads(snap.read_text())
+    data["nvml"]["gpus"][0]["pcie_width"] = "sixteen"
+    snap.write_text(json.dumps(data))
+    code, _, err = cli(capsys, "check", "--facts", str(snap))
+    assert code == 2 and "pcie_width" in err
+
+
+def test_missing_root_and_missing_snapshot_exit_2(capsys, tmp_path):
+    code, _, err = cli(capsys, "check", "--root", str(tmp_path / "nope"))
+    assert code == 2 and "no such directory" in err
+    code, _, err = cli(capsys, "check", "--facts", str(tmp_path / "nope.json"))
+    assert code == 2 and "no such file" in err
+    code, _, err = cli(capsys, "check", "--bogus-flag")
+    assert code == 2
+
+
+def test_bad_rules_dir_exits_2_naming_file_and_line(capsys, tmp_path):
+    (tmp_path / "r.yaml").write_text("- id: x\n  title: title\n  area: pcie\n  severity: error\n  fail_if: gpu.nope\n"
+                                     "  subject: gpu\n  message: m\n  fix: f\n  why: w\n  refs: [r]\n")
+    code, _, err = cli(capsys, "check", "--root", HEALTHY, "--rules", str(tmp_path))
+    assert code == 2
+    assert f"{tmp_path / 'r.yaml'}:1" in err and "unknown fact gpu.nope" in err
+
+
+def test_rules_list_show_validate(capsys, tmp_path):
+    code, out, _ = cli(capsys, "rules", "list", "--format", "json")
+    rules = json.loads(out)
+    assert code == 0 and len(rules) >= 18
+    assert {"id", "area", "severity", "fix", "why", "refs"} <= set(rules[0])
+    code, out, _ = cli(capsys, "rules", "show", "pcie-width-degraded")
+    assert code == 0 and "Why it matters" in out and "gpu.pcie_width" in out
+    code, _, err = cli(capsys, "rules", "show", "pcie-width-degradd")
+    assert code == 2 and "did you mean pcie-width-degraded" in err
+    code, out, _ = cli(capsys, "rules", "validate", "rules")
+    assert code == 0 and "OK" in out
+    (tmp_path / "bad.yaml").write_text("- id: x\n")
+    code, _, err = cli(capsys, "rules", "validate", str(tmp_path / "bad.yaml"))
+    assert code == 2 and "bad.yaml" in err
+
+
+def test_output_file_is_written_and_exit_status_kept(capsys, tmp_path):
+    out_file = tmp_path / "report.json"
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED, "--format", "json", "-o", str(out_file))
+    assert code == 1 and out == ""
+    assert json.loads(out_file.read_text())["verdict"] == "fail"
+
+
+def test_python_m_gpudoctor_works_in_a_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--root", HEALTHY, "--only", "pcie"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "PCIe" in proc.stdout

@@ -140,7 +140,7 @@ def entry_point_dirs() -> list[tuple[str, Path]]:
     An entry point names a module (its directory holds the rule files) or a
     callable returning a directory path.
     """
-    if os.environ.get("GPUDOCTOR_NO_PLUGINS"):
+    if os.environ.get("GPUDOCTOR_NO_PLUGINS") or not _any_distribution_declares_rule_packs():
         return []
     from importlib.metadata import entry_points
 
@@ -161,6 +161,32 @@ def entry_point_dirs() -> list[tuple[str, Path]]:
         else:
             out.append((ep.name, Path(str(target))))
     return out
+
+
+def _any_distribution_declares_rule_packs() -> bool:
+    """Cheap pre-check: does any installed distribution's entry_points.txt name our group?
+
+    importlib.metadata costs tens of milliseconds to import and scan on a machine with
+    hundreds of packages; most machines have no rule packs, so look for the group
+    header in the metadata files first and only then ask importlib.metadata.
+    """
+    import sys
+
+    header = f"[{ENTRY_POINT_GROUP}]"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(entry or ".", name, "entry_points.txt"), encoding="utf-8") as fh:
+                        if header in fh.read():
+                            return True
+                except OSError:
+                    continue
+    return False
 
 
 def _rule_files(directory: Path) -> list[Path]:
@@ -220,7 +246,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
             compiled = compile_expression(raw[key], roots)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
-        _check_tables(compiled.source, tables, path, line, rule_id, key)
+        _check_tables(compiled, tables, path, line, rule_id, key)
         return compiled
 
     def template(key: str) -> Template:
@@ -230,7 +256,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         for _, part, _spec in compiled.parts:
             if part is not None:
-                _check_tables(part.source, tables, path, line, rule_id, key)
+                _check_tables(part, tables, path, line, rule_id, key)
         return compiled
 
     return Rule(
@@ -254,12 +280,11 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
     )
 
 
-def _check_tables(source: str, tables: dict[str, Any], path: str, line: int, rule_id: str, key: str) -> None:
+def _check_tables(expr: Expression, tables: dict[str, Any], path: str, line: int, rule_id: str, key: str) -> None:
     """lookup()/flag_names() must name a table that exists (checked at load, not at 2 a.m.)."""
     import ast
 
-    tree = ast.parse(source, mode="eval")
-    for node in ast.walk(tree):
+    for node in ast.walk(expr.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("lookup", "flag_names"):
             arg_index = 0 if node.func.id == "lookup" else 1
             if len(node.args) <= arg_index:

@@ -10,7 +10,6 @@ recorded as crashed in ``meta.probes`` and its section becomes unavailable
 from __future__ import annotations
 
 import time
-import traceback
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -53,7 +52,7 @@ def collect_all(ctx: ProbeContext) -> dict[str, Any]:
             sections[name] = collect(ctx)
             meta_probes[name] = {"status": "ok", "duration_s": round(time.monotonic() - t0, 4)}
         except Exception as exc:  # a probe bug must not take the run down
-            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            tb = f"{type(exc).__name__}: {exc}"
             sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
             meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
     if not isinstance(sections.get("nvml"), dict):

@@ -24,9 +24,16 @@ def load_schema(name: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def _validator(name: str) -> Callable[[Any], Any]:
-    import fastjsonschema
+    """The generated validator module (scripts/gen_validators.py), else compile at run time."""
+    import importlib
 
-    return fastjsonschema.compile(load_schema(name))  # type: ignore[no-any-return]
+    try:
+        module = importlib.import_module(f"{__name__}._validate_{name}")
+        return module.validate  # type: ignore[no-any-return]
+    except ImportError:
+        import fastjsonschema
+
+        return fastjsonschema.compile(load_schema(name))  # type: ignore[no-any-return]
 
 
 def validate(name: str, data: Any) -> str | None:

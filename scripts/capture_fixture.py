@@ -32,7 +32,8 @@ PCI_ATTRS = [
 FILE_GLOBS = [
     "/proc/meminfo", "/proc/modules", "/proc/cmdline", "/proc/mounts",
     "/proc/sys/kernel/osrelease", "/proc/sys/kernel/hostname", "/proc/sys/kernel/numa_balancing",
-    "/proc/self/status", "/proc/self/cgroup", "/proc/self/mountinfo",
+    "/proc/self/status", "/proc/self/cgroup", "/proc/self/mountinfo", "/proc/self/limits", "/proc/self/mounts",
+    "/proc/1/cgroup", "/proc/sys/kernel/arch", "/.dockerenv", "/run/.containerenv",
     "/proc/driver/nvidia/version", "/proc/driver/nvidia/gpus/*/information",
     "/etc/os-release", "/usr/lib/os-release", "/etc/modprobe.d/*", "/usr/lib/modprobe.d/*", "/lib/modprobe.d/*",
     "/sys/devices/system/node/possible", "/sys/devices/system/node/online",

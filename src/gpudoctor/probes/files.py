@@ -312,3 +312,15 @@ def run_bounded(
         out.decode("utf-8", "replace") if out else "",
         err.decode("utf-8", "replace") if err else "",
     )
+
+
+def is_dir(ctx: ProbeContext, absolute: str) -> bool:
+    """Whether a path is a directory under the root, following its links inside the root."""
+    real = resolve_path(ctx, absolute)
+    return isinstance(real, str) and os.path.isdir(ctx.path(real))
+
+
+def is_file(ctx: ProbeContext, absolute: str) -> bool:
+    """Whether a path is a regular file under the root, following its links inside the root."""
+    real = resolve_path(ctx, absolute)
+    return isinstance(real, str) and os.path.isfile(ctx.path(real))

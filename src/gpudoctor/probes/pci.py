@@ -1,0 +1,215 @@
+"""PCI facts: GPUs and RDMA NICs, with link state, NUMA placement and upstream port.
+
+Reads (all through the context root, symlinks resolved inside it):
+
+- ``/sys/bus/pci/devices/<bdf>``: links into ``/sys/devices/pci<domain>:<bus>/...``; the resolved
+  path is the device's place in the PCI hierarchy
+- per device: ``class``, ``vendor``, ``device``, ``driver`` (symlink), ``numa_node``,
+  ``local_cpulist``, ``current_link_speed``, ``current_link_width``, ``max_link_speed``,
+  ``max_link_width``, ``infiniband/<name>``, ``net/<name>``
+- the parent directory (the upstream port, i.e. the slot): ``max_link_speed``, ``max_link_width``
+- ``/sys/class/infiniband/<name>/device``: which PCI function backs each RDMA device
+
+Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1200xx) as kind
+"gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
+be read as kind "other" (it might be a GPU). Everything else is skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from typing import Any, Callable
+
+from ..context import ProbeContext
+from ..facts import Unavailable
+from .files import list_dir, read_cpulist, read_int, read_parsed, resolve_path
+
+BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+VENDORS = {
+    0x10DE: "nvidia",
+    0x1002: "amd",
+    0x8086: "intel",
+    0x15B3: "mellanox",
+    0x14E4: "broadcom",
+    0x1D0F: "amazon",
+    0x19E5: "huawei",
+}
+
+# Transfer rate per lane of each PCIe generation, as the kernel prints it.
+GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
+
+_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*GT/s")
+
+
+def collect(ctx: ProbeContext) -> dict[str, Any]:
+    names = list_dir(ctx, "/sys/bus/pci/devices")
+    if isinstance(names, Unavailable):
+        return {"devices": names}
+    rdma_by_bdf = _rdma_class_links(ctx)
+    devices = []
+    for bdf in names:
+        if not BDF_RE.match(bdf):
+            continue
+        device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []))
+        if device is not None:
+            devices.append(device)
+    return {"devices": devices}
+
+
+def is_gpu_class(class_code: int) -> bool:
+    return class_code >> 16 == 0x03 or class_code >> 8 == 0x1200
+
+
+def parse_link_speed(text: str) -> float | Unavailable:
+    """GT/s of a sysfs link speed: "32.0 GT/s PCIe", older "8 GT/s", "Unknown" (not_supported)."""
+    text = text.strip()
+    if text.lower().startswith("unknown"):
+        return Unavailable("not_supported", f"link speed {text!r}")
+    match = _SPEED_RE.match(text)
+    if not match:
+        raise ValueError("not a GT/s rate")
+    return float(match.group(1))
+
+
+def link_gen(speed: float | Unavailable) -> int | Unavailable:
+    if isinstance(speed, Unavailable):
+        return speed
+    gen = GEN_BY_SPEED.get(speed)
+    if gen is None:
+        return Unavailable("not_supported", f"{speed} GT/s is not the rate of a PCIe generation")
+    return gen
+
+
+def _hex_id(width: int) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = int(text, 16)
+        if value < 0 or value >= 1 << (4 * width):
+            raise ValueError("out of range")
+        return f"0x{value:0{width}x}"
+
+    return parse
+
+
+def _read_speed(ctx: ProbeContext, absolute: str) -> float | Unavailable:
+    value = read_parsed(ctx, absolute, parse_link_speed)
+    if isinstance(value, Unavailable) and value.reason == "not_supported":
+        return Unavailable("not_supported", f"{ctx.path(absolute)}: {value.detail}")
+    return value
+
+
+def _driver(ctx: ProbeContext, base: str) -> str | Unavailable:
+    path = ctx.path(f"{base}/driver")
+    try:
+        target = os.readlink(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "none"  # an unbound function has no driver link
+        if exc.errno == errno.EINVAL:
+            return Unavailable("error", f"{path} is not a symlink")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return Unavailable("no_permission", f"{path}: permission denied")
+        return Unavailable("error", f"{path}: {exc.strerror or exc}")
+    try:
+        os.stat(path)
+    except OSError as exc:
+        # A captured tree keeps the link but not the driver directory: a dangling link still
+        # names the driver. A loop names nothing.
+        if exc.errno == errno.ELOOP:
+            return Unavailable("error", f"{path}: symlink loop")
+    name = os.path.basename(target.rstrip("/"))
+    return name or Unavailable("error", f"{path}: empty link target")
+
+
+def _names(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
+    names = list_dir(ctx, absolute)
+    if isinstance(names, Unavailable) and names.reason == "not_found":
+        return []  # no such directory: the device has none
+    return names
+
+
+def _device(ctx: ProbeContext, bdf: str, rdma_from_class: list[str]) -> dict[str, Any] | None:
+    resolved = resolve_path(ctx, f"/sys/bus/pci/devices/{bdf}")
+    base = resolved if isinstance(resolved, str) else f"/sys/bus/pci/devices/{bdf}"
+    class_code = read_parsed(ctx, f"{base}/class", _hex_id(6))
+    rdma = _names(ctx, f"{base}/infiniband")
+    if isinstance(rdma, list):
+        rdma = sorted(set(rdma) | set(rdma_from_class))
+    elif rdma_from_class:
+        rdma = sorted(rdma_from_class)
+    if isinstance(class_code, str) and is_gpu_class(int(class_code, 16)):
+        kind = "gpu"
+    elif isinstance(rdma, list) and rdma:
+        kind = "nic"
+    elif isinstance(class_code, Unavailable):
+        # Could be a GPU we cannot see: list it, unclassified, rather than drop it silently.
+        kind = "other"
+    else:
+        return None
+
+    vendor_id = read_parsed(ctx, f"{base}/vendor", _hex_id(4))
+    vendor: str | Unavailable = vendor_id
+    if isinstance(vendor_id, str):
+        vendor = VENDORS.get(int(vendor_id, 16), "other")
+    speed = _read_speed(ctx, f"{base}/current_link_speed")
+    max_speed = _read_speed(ctx, f"{base}/max_link_speed")
+    parent = _parent(ctx, bdf, resolved)
+    return {
+        "bus_id": bdf,
+        "kind": kind,
+        "class_code": class_code,
+        "vendor": vendor,
+        "vendor_id": vendor_id,
+        "device_id": read_parsed(ctx, f"{base}/device", _hex_id(4)),
+        "driver": _driver(ctx, base),
+        "numa_node": read_int(ctx, f"{base}/numa_node"),
+        "local_cpus": read_cpulist(ctx, f"{base}/local_cpulist"),
+        "link_speed_gts": speed,
+        "link_width": read_int(ctx, f"{base}/current_link_width"),
+        "max_link_speed_gts": max_speed,
+        "max_link_width": read_int(ctx, f"{base}/max_link_width"),
+        "link_gen": link_gen(speed),
+        "max_link_gen": link_gen(max_speed),
+        **parent,
+        "path": resolved,
+        "rdma_devices": rdma,
+        "net_devices": _names(ctx, f"{base}/net"),
+    }
+
+
+def _parent(ctx: ProbeContext, bdf: str, resolved: str | Unavailable) -> dict[str, Any]:
+    keys = ("parent_bus_id", "parent_max_link_speed_gts", "parent_max_link_width", "parent_max_link_gen")
+    if isinstance(resolved, Unavailable):
+        return dict.fromkeys(keys, resolved)
+    parent = os.path.dirname(resolved)
+    name = os.path.basename(parent)
+    if not BDF_RE.match(name):
+        # Directly on a root bus (pci0000:00), as passed-through GPUs in VMs often are: there is
+        # no upstream port and so no slot limit to read.
+        gone = Unavailable("not_found", f"{bdf} sits directly on {name or parent}, no upstream port")
+        return dict.fromkeys(keys, gone)
+    max_speed = _read_speed(ctx, f"{parent}/max_link_speed")
+    return {
+        "parent_bus_id": name,
+        "parent_max_link_speed_gts": max_speed,
+        "parent_max_link_width": read_int(ctx, f"{parent}/max_link_width"),
+        "parent_max_link_gen": link_gen(max_speed),
+    }
+
+
+def _rdma_class_links(ctx: ProbeContext) -> dict[str, list[str]]:
+    """bus id -> RDMA device names, from /sys/class/infiniband/<name>/device."""
+    out: dict[str, list[str]] = {}
+    names = list_dir(ctx, "/sys/class/infiniband")
+    if isinstance(names, Unavailable):
+        return out
+    for name in names:
+        target = resolve_path(ctx, f"/sys/class/infiniband/{name}/device")
+        if isinstance(target, str):
+            bdf = os.path.basename(target)
+            if BDF_RE.match(bdf):
+                out.setdefault(bdf, []).append(name)
+    return out
+

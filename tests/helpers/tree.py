@@ -1,0 +1,118 @@
+"""Write small file trees (sysfs/procfs/etc fixtures) from a dict, and compare them.
+
+A tree spec maps a path relative to the root to one of:
+
+- ``str`` / ``bytes``: a regular file with that content;
+- ``("link", target)``: a symlink (target kept as given, usually relative);
+- ``("dir",)``: an empty directory.
+
+``write_tree`` (re)writes only the paths named in the spec and leaves everything else in the
+root alone, so several writers can share one fixture root.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Tuple, Union
+
+Entry = Union[str, bytes, Tuple[str, ...]]
+
+
+def _kind(entry: Entry) -> str:
+    if isinstance(entry, (str, bytes)):
+        return "file"
+    if isinstance(entry, tuple) and entry and entry[0] in ("link", "dir"):
+        if entry[0] == "link" and len(entry) != 2:
+            raise ValueError(f"link entry needs a target: {entry!r}")
+        return entry[0]
+    raise ValueError(f"unknown tree entry {entry!r}")
+
+
+def _clear(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def write_tree(root: str | os.PathLike[str], spec: Mapping[str, Entry]) -> Path:
+    """Create the entries of spec under root; an entry already right is left untouched."""
+    base = Path(root)
+    for rel, entry in spec.items():
+        kind = _kind(entry)
+        path = base / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "file":
+            data = entry.encode() if isinstance(entry, str) else entry
+            assert isinstance(data, bytes)
+            if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+                continue
+            if path.is_symlink() or path.is_dir():
+                _clear(path)
+            path.write_bytes(data)
+        elif kind == "link":
+            target = str(entry[1])
+            if path.is_symlink() and os.readlink(path) == target:
+                continue
+            if path.is_symlink() or path.exists():
+                _clear(path)
+            os.symlink(target, path)
+        else:
+            if path.is_symlink() or path.is_file():
+                _clear(path)
+            path.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def diff_tree(root: str | os.PathLike[str], spec: Mapping[str, Entry]) -> list[str]:
+    """Paths of spec that are missing or different under root (empty when all match)."""
+    base = Path(root)
+    problems: list[str] = []
+    for rel, entry in spec.items():
+        kind = _kind(entry)
+        path = base / rel
+        if kind == "file":
+            data = entry.encode() if isinstance(entry, str) else entry
+            if path.is_symlink() or not path.is_file():
+                problems.append(f"{rel}: missing file")
+            elif path.read_bytes() != data:
+                problems.append(f"{rel}: content differs")
+        elif kind == "link":
+            if not path.is_symlink():
+                problems.append(f"{rel}: missing symlink")
+            elif os.readlink(path) != entry[1]:
+                problems.append(f"{rel}: link points to {os.readlink(path)!r}, not {entry[1]!r}")
+        elif path.is_symlink() or not path.is_dir():
+            problems.append(f"{rel}: missing directory")
+    return problems
+
+
+def deny(monkeypatch: Any, paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Make opening, listing or reading the links of the given paths fail with EACCES.
+
+    Tests run as root, where chmod 000 denies nothing; this makes the calls the probes
+    use behave as for an unprivileged user.
+    """
+    denied = {os.path.abspath(os.fspath(p)) for p in paths}
+
+    def check(path: Any) -> None:
+        if isinstance(path, int):
+            return
+        if os.path.abspath(os.fsdecode(path)) in denied:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
+
+    def wrap(func: Any) -> Any:
+        def wrapper(path: Any, *args: Any, **kwargs: Any) -> Any:
+            check(path)
+            return func(path, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(builtins, "open", wrap(builtins.open))
+    monkeypatch.setattr(os, "open", wrap(os.open))
+    monkeypatch.setattr(os, "listdir", wrap(os.listdir))
+    monkeypatch.setattr(os, "readlink", wrap(os.readlink))

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generate docs/rules.md, the rules reference, from the YAML rules.
 
-    python scripts/gen_rules_doc.py          # write docs/rules.md
-    python scripts/gen_rules_doc.py --check  # exit 1 when docs/rules.md is stale (CI)
+python scripts/gen_rules_doc.py          # write docs/rules.md
+python scripts/gen_rules_doc.py --check  # exit 1 when docs/rules.md is stale (CI)
 """
 
 from __future__ import annotations

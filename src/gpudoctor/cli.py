@@ -45,26 +45,53 @@ def _style_for(stream: Any, colour: bool | None) -> Any:
 
 def root_options(f: Any) -> Any:
     options = [
-        click.option("--root", type=click.Path(file_okay=False), help="Probe this directory tree instead of / "
-                     "(a fixture root or a mounted image)."),
+        click.option(
+            "--root",
+            type=click.Path(file_okay=False),
+            help="Probe this directory tree instead of / (a fixture root or a mounted image).",
+        ),
         click.option("--sysfs-root", type=click.Path(file_okay=False), help="Where /sys is (default ROOT/sys)."),
         click.option("--procfs-root", type=click.Path(file_okay=False), help="Where /proc is (default ROOT/proc)."),
-        click.option("--python", "python", type=click.Path(dir_okay=False),
-                     help="Interpreter whose torch is inspected (default: this one)."),
-        click.option("--torch-import", is_flag=True,
-                     help="Also import torch in a child process (slow, ~5 s) for runtime facts and the exact arch list."),
-        click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-                     help="Seconds the whole run may take; NVML and torch get their share of it."),
-        click.option("--nvml-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-                     help="Seconds NVML may take before it is reported as not answering."),
+        click.option(
+            "--python",
+            "python",
+            type=click.Path(dir_okay=False),
+            help="Interpreter whose torch is inspected (default: this one).",
+        ),
+        click.option(
+            "--torch-import",
+            is_flag=True,
+            help="Also import torch in a child process (slow, ~5 s) for runtime facts and the exact arch list.",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=30.0,
+            show_default=True,
+            help="Seconds the whole run may take; NVML and torch get their share of it.",
+        ),
+        click.option(
+            "--nvml-timeout",
+            type=click.FloatRange(min=0.1),
+            default=5.0,
+            show_default=True,
+            help="Seconds NVML may take before it is reported as not answering.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
     return f
 
 
-def _collect(root: str | None, sysfs_root: str | None, procfs_root: str | None, python: str | None,
-             torch_import: bool, timeout: float, nvml_timeout: float) -> dict[str, Any]:
+def _collect(
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> dict[str, Any]:
     for label, path in (("--root", root), ("--sysfs-root", sysfs_root), ("--procfs-root", procfs_root)):
         if path is not None and not Path(path).is_dir():
             fail(f"{label} {path}: no such directory")
@@ -73,8 +100,15 @@ def _collect(root: str | None, sysfs_root: str | None, procfs_root: str | None, 
     from .context import make_context
     from .probes import collect_all
 
-    ctx = make_context(root=root, sysfs_root=sysfs_root, procfs_root=procfs_root, python=python,
-                       timeout=timeout, nvml_timeout=nvml_timeout, torch_import=torch_import)
+    ctx = make_context(
+        root=root,
+        sysfs_root=sysfs_root,
+        procfs_root=procfs_root,
+        python=python,
+        timeout=timeout,
+        nvml_timeout=nvml_timeout,
+        torch_import=torch_import,
+    )
     return collect_all(ctx)
 
 
@@ -111,8 +145,7 @@ def _write(text: str, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog=EXIT_HELP)
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_HELP)
 @click.version_option(__version__, "-V", "--version", prog_name="gpudoctor")
 def main() -> None:
     """Environment doctor for GPU machines used for AI training and inference.
@@ -126,24 +159,54 @@ def main() -> None:
 
 
 @main.command(epilog=EXIT_HELP)
-@click.option("--facts", "facts_file", type=click.Path(dir_okay=False),
-              help="Judge this snapshot (from `gpudoctor probe`) instead of probing the machine.")
+@click.option(
+    "--facts",
+    "facts_file",
+    type=click.Path(dir_okay=False),
+    help="Judge this snapshot (from `gpudoctor probe`) instead of probing the machine.",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR",
-              help="Add the rule files in DIR (repeatable).")
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(),
+    metavar="DIR",
+    help="Add the rule files in DIR (repeatable).",
+)
 @click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")
 @click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
-@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error", show_default=True,
-              help="Lowest severity of a failed check that makes the exit status 1.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning", "info"]),
+    default="error",
+    show_default=True,
+    help="Lowest severity of a failed check that makes the exit status 1.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: only on a terminal).")
 @root_options
-def check(facts_file: str | None, fmt: str, output: str | None, rule_dirs: tuple[str, ...], no_builtin_rules: bool,
-          only: tuple[str, ...], skip: tuple[str, ...], fail_on: str, verbose: bool, color: bool | None,
-          root: str | None, sysfs_root: str | None, procfs_root: str | None, python: str | None,
-          torch_import: bool, timeout: float, nvml_timeout: float) -> None:
+def check(
+    facts_file: str | None,
+    fmt: str,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_builtin_rules: bool,
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    fail_on: str,
+    verbose: bool,
+    color: bool | None,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
     """Check this machine (or a snapshot) and print findings with fixes."""
     from .engine.runner import run_rules, select, unknown_selectors
     from .findings import Report, Severity
@@ -161,8 +224,12 @@ def check(facts_file: str | None, fmt: str, output: str | None, rule_dirs: tuple
         facts = _collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
         origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
     rules = select(ruleset.rules, only, skip)
-    report = Report(findings=run_rules(ruleset, facts, rules), fail_on=Severity(fail_on), facts_origin=origin,
-                    rules_loaded=len(ruleset.rules))
+    report = Report(
+        findings=run_rules(ruleset, facts, rules),
+        fail_on=Severity(fail_on),
+        facts_origin=origin,
+        rules_loaded=len(ruleset.rules),
+    )
     if fmt == "json":
         from .render.json_report import render as render_json
 
@@ -180,8 +247,16 @@ def check(facts_file: str | None, fmt: str, output: str | None, rule_dirs: tuple
 @main.command(epilog="Exit status: 0 snapshot written; 2 gpudoctor could not run.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the snapshot here (default: stdout).")
 @root_options
-def probe(output: str | None, root: str | None, sysfs_root: str | None, procfs_root: str | None,
-          python: str | None, torch_import: bool, timeout: float, nvml_timeout: float) -> None:
+def probe(
+    output: str | None,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
     """Read the machine and print the facts snapshot as JSON."""
     from .facts import dumps
 

@@ -48,12 +48,9 @@ class ProbeContext:
         """Map an absolute system path (/sys/..., /proc/..., /etc/...) into the root."""
         if not absolute.startswith("/"):
             raise ValueError(f"probe paths must be absolute: {absolute!r}")
-        if absolute == "/sys" or absolute.startswith("/sys/"):
-            if self.sysfs_root is not None:
-                return self.sysfs_root / absolute[len("/sys/"):]
-        elif absolute == "/proc" or absolute.startswith("/proc/"):
-            if self.procfs_root is not None:
-                return self.procfs_root / absolute[len("/proc/"):]
+        for prefix, root in (("/sys", self.sysfs_root), ("/proc", self.procfs_root)):
+            if root is not None and (absolute == prefix or absolute.startswith(prefix + "/")):
+                return root / absolute[len(prefix) + 1 :]
         return self.root / absolute.lstrip("/")
 
     def recorded(self, name: str) -> Path | None:

@@ -157,7 +157,8 @@ def parse_snapshot(text: str, origin: str = "<snapshot>") -> dict[str, Any]:
     if version > SCHEMA_VERSION:
         raise SnapshotError(
             f"{origin}: snapshot schema_version {version} is newer than this gpudoctor understands "
-            f"({SCHEMA_VERSION}); upgrade gpudoctor (snapshot written by gpudoctor {data.get('gpudoctor_version', '?')})"
+            f"({SCHEMA_VERSION}); upgrade gpudoctor "
+            f"(snapshot written by gpudoctor {data.get('gpudoctor_version', '?')})"
         )
     if version < 1:
         raise SnapshotError(f"{origin}: snapshot schema_version {version} is not supported")

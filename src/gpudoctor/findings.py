@@ -112,9 +112,7 @@ class Report:
 
     def blocking(self) -> list[Finding]:
         """Failed findings at or above the fail-on severity."""
-        return [
-            f for f in self.findings if f.status is Status.FAIL and f.severity.rank >= self.fail_on.rank
-        ]
+        return [f for f in self.findings if f.status is Status.FAIL and f.severity.rank >= self.fail_on.rank]
 
     @property
     def exit_code(self) -> int:

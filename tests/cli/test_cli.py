@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -27,8 +26,16 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 def test_healthy_host_exits_0_and_reports_every_area(capsys):
     code, out, err = cli(capsys, "check", "--root", HEALTHY)
     assert code == 0, out + err
-    for heading in ("Driver & CUDA", "Torch build", "Kernel & OS", "NUMA", "PCIe", "Thermal & clocks", "GPU health",
-                    "Environment"):
+    for heading in (
+        "Driver & CUDA",
+        "Torch build",
+        "Kernel & OS",
+        "NUMA",
+        "PCIe",
+        "Thermal & clocks",
+        "GPU health",
+        "Environment",
+    ):
         assert heading in out
     assert "Verdict: OK" in out
     assert "\x1b[" not in out  # no colour when not a terminal
@@ -46,8 +53,16 @@ def test_fail_on_warning_turns_warnings_into_exit_1(capsys):
     base = HOSTS / "healthy-2gpu"
     code, _, _ = cli(capsys, "check", "--root", str(base), "--fail-on", "warning")
     assert code == 0
-    code, out, _ = cli(capsys, "check", "--root", str(HOSTS / "thermal-slowdown"), "--skip", "hw-slowdown-active",
-                       "--fail-on", "warning")
+    code, out, _ = cli(
+        capsys,
+        "check",
+        "--root",
+        str(HOSTS / "thermal-slowdown"),
+        "--skip",
+        "hw-slowdown-active",
+        "--fail-on",
+        "warning",
+    )
     assert code == 1 and "sw-thermal-slowdown" in out
     code, _, _ = cli(capsys, "check", "--root", str(HOSTS / "thermal-slowdown"), "--skip", "hw-slowdown-active")
     assert code == 0
@@ -127,8 +142,10 @@ def test_missing_root_and_missing_snapshot_exit_2(capsys, tmp_path):
 
 
 def test_bad_rules_dir_exits_2_naming_file_and_line(capsys, tmp_path):
-    (tmp_path / "r.yaml").write_text("- id: x\n  title: title\n  area: pcie\n  severity: error\n  fail_if: gpu.nope\n"
-                                     "  subject: gpu\n  message: m\n  fix: f\n  why: w\n  refs: [r]\n")
+    (tmp_path / "r.yaml").write_text(
+        "- id: x\n  title: title\n  area: pcie\n  severity: error\n  fail_if: gpu.nope\n"
+        "  subject: gpu\n  message: m\n  fix: f\n  why: w\n  refs: [r]\n"
+    )
     code, _, err = cli(capsys, "check", "--root", HEALTHY, "--rules", str(tmp_path))
     assert code == 2
     assert f"{tmp_path / 'r.yaml'}:1" in err and "unknown fact gpu.nope" in err
@@ -158,7 +175,11 @@ def test_output_file_is_written_and_exit_status_kept(capsys, tmp_path):
 
 
 def test_python_m_gpudoctor_works_in_a_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--root", HEALTHY, "--only", "pcie"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--root", HEALTHY, "--only", "pcie"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "PCIe" in proc.stdout

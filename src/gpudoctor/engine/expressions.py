@@ -38,10 +38,43 @@ MAX_DEPTH = 24
 MAX_CONSTANT_LENGTH = 500
 
 ALLOWED_NODES: tuple[type, ...] = (
-    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.BitAnd, ast.BitOr,
-    ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot,
-    ast.Call, ast.Name, ast.Load, ast.Attribute, ast.Constant, ast.List, ast.Tuple, ast.IfExp, ast.Subscript,
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.BitAnd,
+    ast.BitOr,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.Is,
+    ast.IsNot,
+    ast.Call,
+    ast.Name,
+    ast.Load,
+    ast.Attribute,
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.IfExp,
+    ast.Subscript,
 )
 
 # Format specs allowed in message placeholders: alignment, a small width, precision, a type.
@@ -192,7 +225,7 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
                 raise ExpressionError("subscripts must be a constant index or key")
             visit(node.value, depth + 1)
             return
-        if isinstance(node, ast.Attribute) or isinstance(node, ast.Name):
+        if isinstance(node, (ast.Attribute, ast.Name)):
             dotted = _dotted(node)
             if dotted is None:
                 raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
@@ -290,7 +323,7 @@ def compile_template(source: str, roots: Mapping[str, Any]) -> Template:
             expr = compile_expression(field, roots)
         except ExpressionError as exc:
             raise ExpressionError(f"in placeholder {{{field}}}: {exc}") from None
-        parts.append((literal, expr, spec))
+        parts.append((literal, expr, spec or ""))
     return Template(source=source, parts=tuple(parts))
 
 

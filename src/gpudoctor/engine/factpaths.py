@@ -7,7 +7,7 @@ making the rule "unknown" forever.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from ..schemas import load_schema
@@ -65,21 +65,32 @@ def _def(name: str) -> dict[str, Any]:
     return schema
 
 
-@lru_cache(maxsize=None)
+@cache
 def subject_schema(kind: str) -> dict[str, Any]:
     """Schema of the subject variable a rule sees for ``subject: kind``."""
     if kind == "gpu":
         props = dict(_def("nvml_gpu")["properties"])
-        props.update({
-            "bus_id": {"type": "string", "description": "PCI bus id, 0000:18:00.0"},
-            "vendor": {"type": "string", "description": "nvidia, amd, intel, ..."},
-            "label": {"type": "string", "description": "GPU 0 (0000:18:00.0)"},
-            "in_nvml": {"$ref": "#/$defs/bool", "description": "NVML lists this GPU (unavailable when NVML did not answer)"},
-            "on_pci": {"type": "boolean", "description": "sysfs lists this GPU"},
-            "local_cpus": {"$ref": "#/$defs/intlist", "description": "CPUs local to the GPU: NVML affinity, else sysfs local_cpulist"},
-            "numa_node": {"$ref": "#/$defs/int", "description": "NUMA node: sysfs numa_node unless -1, else NVML memory affinity"},
-            "pci": {"$ref": "#/$defs/pci_device"},
-        })
+        props.update(
+            {
+                "bus_id": {"type": "string", "description": "PCI bus id, 0000:18:00.0"},
+                "vendor": {"type": "string", "description": "nvidia, amd, intel, ..."},
+                "label": {"type": "string", "description": "GPU 0 (0000:18:00.0)"},
+                "in_nvml": {
+                    "$ref": "#/$defs/bool",
+                    "description": "NVML lists this GPU (unavailable when NVML did not answer)",
+                },
+                "on_pci": {"type": "boolean", "description": "sysfs lists this GPU"},
+                "local_cpus": {
+                    "$ref": "#/$defs/intlist",
+                    "description": "CPUs local to the GPU: NVML affinity, else sysfs local_cpulist",
+                },
+                "numa_node": {
+                    "$ref": "#/$defs/int",
+                    "description": "NUMA node: sysfs numa_node unless -1, else NVML memory affinity",
+                },
+                "pci": {"$ref": "#/$defs/pci_device"},
+            }
+        )
         return {"type": "object", "properties": props}
     if kind == "numa_node":
         props = dict(_def("numa_node")["properties"])

@@ -37,7 +37,7 @@ def major(text: Any) -> int:
 
 
 def minor_version(text: Any) -> str:
-    """"major.minor" of a version: "12.4.131" → "12.4"."""
+    """ "major.minor" of a version: "12.4.131" → "12.4"."""
     v = version(text)
     return f"{v.major}.{v.minor}"
 
@@ -89,7 +89,7 @@ def _cc_tuple(cc: str) -> tuple[int, int]:
 
 
 def _arch_tuple(arch: str) -> tuple[str, int, int] | None:
-    """"sm_90" → ("sm", 9, 0); "compute_90" → ("compute", 9, 0); "sm_100a"/"sm_90a" keep the base arch."""
+    """ "sm_90" → ("sm", 9, 0); "compute_90" → ("compute", 9, 0); "sm_100a"/"sm_90a" keep the base arch."""
     m = re.fullmatch(r"(sm|compute)_(\d+)([a-z]?)", arch.strip())
     if not m:
         return None

@@ -147,7 +147,7 @@ def entry_point_dirs() -> list[tuple[str, Path]]:
     try:
         eps = entry_points(group=ENTRY_POINT_GROUP)  # type: ignore[call-arg]
     except TypeError:  # Python 3.9: entry_points() returns a dict
-        eps = entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined]
+        eps = entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined, arg-type]
     out: list[tuple[str, Path]] = []
     for ep in eps:
         try:
@@ -293,8 +293,12 @@ def _check_tables(expr: Expression, tables: dict[str, Any], path: str, line: int
             if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
                 raise RuleLoadError(path, line, f"rule {rule_id}: {key}: the table name must be a string constant")
             if arg.value not in tables:
-                raise RuleLoadError(path, line, f"rule {rule_id}: {key}: no data table {arg.value!r}; "
-                                    f"tables: {', '.join(sorted(tables)) or 'none'}")
+                raise RuleLoadError(
+                    path,
+                    line,
+                    f"rule {rule_id}: {key}: no data table {arg.value!r}; "
+                    f"tables: {', '.join(sorted(tables)) or 'none'}",
+                )
 
 
 def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
@@ -307,8 +311,9 @@ def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
     return [compile_rule(raw, str(path), tables) for raw in data]
 
 
-def load_rules(extra_dirs: Iterable[str | os.PathLike[str]] = (), include_builtin: bool = True,
-               include_plugins: bool = True) -> RuleSet:
+def load_rules(
+    extra_dirs: Iterable[str | os.PathLike[str]] = (), include_builtin: bool = True, include_plugins: bool = True
+) -> RuleSet:
     """Load built-in, plugin and --rules rule files into one validated RuleSet."""
     dirs: list[Path] = []
     if include_builtin:
@@ -331,8 +336,11 @@ def load_rules(extra_dirs: Iterable[str | os.PathLike[str]] = (), include_builti
             for rule in load_rule_file(path, tables):
                 if rule.id in seen:
                     first = seen[rule.id]
-                    raise RuleLoadError(rule.source, rule.line,
-                                        f"duplicate rule id {rule.id!r} (first defined at {first.source}:{first.line})")
+                    raise RuleLoadError(
+                        rule.source,
+                        rule.line,
+                        f"duplicate rule id {rule.id!r} (first defined at {first.source}:{first.line})",
+                    )
                 seen[rule.id] = rule
                 rules.append(rule)
     return RuleSet(rules=rules, tables=tables, sources=sources)
@@ -361,7 +369,9 @@ def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
             try:
                 for rule in load_rule_file(file, tables):
                     if rule.id in ids:
-                        raise RuleLoadError(rule.source, rule.line, f"duplicate rule id {rule.id!r} (also in {ids[rule.id]})")
+                        raise RuleLoadError(
+                            rule.source, rule.line, f"duplicate rule id {rule.id!r} (also in {ids[rule.id]})"
+                        )
                     ids[rule.id] = f"{rule.source}:{rule.line}"
                     count += 1
             except RuleLoadError as exc:

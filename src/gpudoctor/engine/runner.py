@@ -42,8 +42,14 @@ def _dedup(reads: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return list(seen.items())
 
 
-def evaluate_rule(rule: Rule, subject: Subject, data: Mapping[str, Any] | None, facts: Mapping[str, Any],
-                  gpus: list[dict[str, Any]], functions: Mapping[str, Any]) -> Finding:
+def evaluate_rule(
+    rule: Rule,
+    subject: Subject,
+    data: Mapping[str, Any] | None,
+    facts: Mapping[str, Any],
+    gpus: list[dict[str, Any]],
+    functions: Mapping[str, Any],
+) -> Finding:
     reads: list[tuple[str, Any]] = []
     names = section_views(facts, SECTIONS, reads)
     gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
@@ -57,9 +63,19 @@ def evaluate_rule(rule: Rule, subject: Subject, data: Mapping[str, Any] | None, 
     def finding(status: Status, message: str, fix: str = "", detail: str = "") -> Finding:
         # Evidence is what the conditions read, not what the message template read afterwards.
         end = evidence_end[0] if evidence_end else len(reads)
-        return Finding(rule_id=rule.id, title=rule.title, area=rule.area, severity=rule.severity, status=status,
-                       subject=subject, message=message, evidence=_dedup(reads[:end]), fix=fix, docs=rule.docs,
-                       detail=detail)
+        return Finding(
+            rule_id=rule.id,
+            title=rule.title,
+            area=rule.area,
+            severity=rule.severity,
+            status=status,
+            subject=subject,
+            message=message,
+            evidence=_dedup(reads[:end]),
+            fix=fix,
+            docs=rule.docs,
+            detail=detail,
+        )
 
     try:
         if rule.applies is not None and not rule.applies.evaluate(names, functions):
@@ -70,16 +86,22 @@ def evaluate_rule(rule: Rule, subject: Subject, data: Mapping[str, Any] | None, 
         u = exc.unavailable
         return finding(Status.UNKNOWN, f"cannot check: {exc.path} is unavailable ({u.reason})", detail=u.detail)
     except Exception as exc:  # a broken rule must not stop the others
-        return finding(Status.ERROR, f"rule {rule.id} broke: {type(exc).__name__}",
-                       detail=f"{exc} (rule defined at {rule.source}:{rule.line})")
+        return finding(
+            Status.ERROR,
+            f"rule {rule.id} broke: {type(exc).__name__}",
+            detail=f"{exc} (rule defined at {rule.source}:{rule.line})",
+        )
     try:
         if failed:
             return finding(Status.FAIL, rule.message.render(names, functions), rule.fix.render(names, functions))
         message = rule.pass_message.render(names, functions) if rule.pass_message else rule.title
         return finding(Status.PASS, message)
     except Exception as exc:
-        return finding(Status.ERROR, f"rule {rule.id} broke rendering its message: {type(exc).__name__}",
-                       detail=f"{exc} (rule defined at {rule.source}:{rule.line})")
+        return finding(
+            Status.ERROR,
+            f"rule {rule.id} broke rendering its message: {type(exc).__name__}",
+            detail=f"{exc} (rule defined at {rule.source}:{rule.line})",
+        )
 
 
 def run_rules(ruleset: RuleSet, facts: Mapping[str, Any], rules: Iterable[Rule] | None = None) -> list[Finding]:

@@ -23,7 +23,7 @@ NVML_REASON = {
 
 
 def normalise_bus_id(bus_id: str) -> str:
-    """"00000000:9A:00.0" → "0000:9a:00.0"."""
+    """ "00000000:9A:00.0" → "0000:9a:00.0"."""
     text = bus_id.strip().lower()
     domain, _, rest = text.partition(":")
     if rest and len(domain) > 4:
@@ -55,7 +55,9 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     status = nvml.get("status", "error")
     nvml_ok = status == "ok"
     nvml_gpus = _list(nvml.get("gpus"))
-    pci_gpus = [d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and _is_compute_gpu(d)]
+    pci_gpus = [
+        d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and _is_compute_gpu(d)
+    ]
     by_bus: dict[str, Mapping[str, Any]] = {}
     for dev in pci_gpus:
         bus = dev.get("bus_id")
@@ -96,18 +98,24 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         vendor = dev.get("vendor") if isinstance(dev.get("vendor"), str) else "other"
         subject = {name: missing for name in nvml_fields}
         if vendor != "nvidia":
-            subject = {name: Unavailable("not_supported", f"NVML covers NVIDIA GPUs only ({vendor})") for name in nvml_fields}
-        subject.update({
-            "bus_id": bus_norm,
-            "vendor": vendor,
-            "in_nvml": in_nvml if vendor == "nvidia" else False,
-            "on_pci": True,
-            "pci": dict(dev),
-            "label": f"{vendor.upper() if vendor in ('amd', 'nvidia') else vendor} GPU ({bus_norm})"
-            if vendor != "nvidia" else f"GPU ? ({bus_norm})",
-            "index": Unavailable(missing.reason, missing.detail) if vendor == "nvidia" else
-            Unavailable("not_supported", "no NVML index for a non-NVIDIA GPU"),
-        })
+            subject = {
+                name: Unavailable("not_supported", f"NVML covers NVIDIA GPUs only ({vendor})") for name in nvml_fields
+            }
+        subject.update(
+            {
+                "bus_id": bus_norm,
+                "vendor": vendor,
+                "in_nvml": in_nvml if vendor == "nvidia" else False,
+                "on_pci": True,
+                "pci": dict(dev),
+                "label": f"{vendor.upper() if vendor in ('amd', 'nvidia') else vendor} GPU ({bus_norm})"
+                if vendor != "nvidia"
+                else f"GPU ? ({bus_norm})",
+                "index": Unavailable(missing.reason, missing.detail)
+                if vendor == "nvidia"
+                else Unavailable("not_supported", "no NVML index for a non-NVIDIA GPU"),
+            }
+        )
         out.append(subject)
 
     for subject in out:
@@ -167,11 +175,16 @@ def numa_subjects(facts: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[
 
 
 def nic_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(d) for d in _list(_section(facts, "pci").get("devices"))
-            if isinstance(d, Mapping) and d.get("kind") == "nic"]
+    return [
+        dict(d)
+        for d in _list(_section(facts, "pci").get("devices"))
+        if isinstance(d, Mapping) and d.get("kind") == "nic"
+    ]
 
 
-def subjects_for(kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[tuple[Subject, dict[str, Any] | None]]:
+def subjects_for(
+    kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]
+) -> list[tuple[Subject, dict[str, Any] | None]]:
     """(reference, data) pairs for a rule's subject kind; host has no data of its own."""
     if kind == "host":
         return [(HOST, None)]
@@ -180,7 +193,7 @@ def subjects_for(kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]
     if kind == "numa_node":
         return [(Subject("numa_node", f"node {n.get('id')}", index=n.get("id")), n) for n in numa_subjects(facts, gpus)]
     if kind == "nic":
-        refs = []
+        refs: list[tuple[Subject, dict[str, Any] | None]] = []
         for n in nic_subjects(facts):
             rdma = n.get("rdma_devices")
             name = rdma[0] if isinstance(rdma, list) and rdma else "NIC"

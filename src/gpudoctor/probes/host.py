@@ -25,13 +25,12 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 from typing import Any, Mapping
 
 from ..context import ProbeContext
 from ..facts import Unavailable
-from .files import exists, parse_cpulist, read_cpulist, read_lines, read_text, resolve_path
+from .files import exists, parse_cpulist, read_cpulist, read_lines, read_text, resolve_path, run_bounded
 
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "HSA_", "PYTORCH_", "TORCH_", "NVIDIA_",
@@ -206,25 +205,13 @@ def _python(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavailable]:
     # -E -s keep the user's PYTHON* variables and user site out of a simple version query.
     argv = [ctx.python, "-E", "-s", "-c", _PY_SNIPPET]
     timeout = ctx.budget(3.0)
-    try:
-        proc = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=dict(ctx.env), check=False,
-        )
-    except FileNotFoundError:
-        gone = Unavailable("not_found", f"{ctx.python}: no such interpreter")
-        return gone, gone
-    except PermissionError:
-        denied = Unavailable("no_permission", f"{ctx.python}: permission denied")
-        return denied, denied
-    except subprocess.TimeoutExpired:
-        late = Unavailable("timeout", f"{ctx.python} did not answer within {timeout:.1f}s")
-        return late, late
-    except OSError as exc:
-        broken = Unavailable("error", f"{ctx.python}: {exc}")
-        return broken, broken
-    lines = proc.stdout.decode("utf-8", "replace").splitlines()
+    # run_bounded never waits on a child stuck in the kernel, unlike subprocess.run(timeout=...)
+    proc = run_bounded(argv, timeout, env=dict(ctx.env))
+    if isinstance(proc, Unavailable):
+        return proc, proc
+    lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) < 2 or not re.match(r"\d+\.\d+", lines[0]):
-        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         failed = Unavailable("error", f"{ctx.python} exited {proc.returncode}: {tail[0][:200]}")
         return failed, failed
     return lines[0].strip(), lines[1].strip() or ctx.python

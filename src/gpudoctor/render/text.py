@@ -24,7 +24,7 @@ def plain(text: str, **_: Any) -> str:
 
 WIDTH = 100
 
-STATUS_COLOURS = {
+STATUS_COLOURS: dict[str, dict[str, Any]] = {
     "FAIL": {"fg": "red", "bold": True},
     "warn": {"fg": "yellow", "bold": True},
     "info": {"fg": "cyan"},
@@ -125,16 +125,29 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
             if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) or verbose:
                 indent = " " * 10
                 if f.detail:
-                    lines.extend(textwrap.wrap(f.detail, WIDTH, initial_indent=f"{indent}why:  ",
-                                               subsequent_indent=indent + "      "))
+                    lines.extend(
+                        textwrap.wrap(
+                            f.detail, WIDTH, initial_indent=f"{indent}why:  ", subsequent_indent=indent + "      "
+                        )
+                    )
                 if f.evidence:
                     read = "; ".join(f"{p} = {_value(v)}" for p, v in f.evidence)
-                    lines.extend(textwrap.wrap(read, WIDTH, initial_indent=f"{indent}read: ",
-                                               subsequent_indent=indent + "      "))
+                    lines.extend(
+                        textwrap.wrap(
+                            read, WIDTH, initial_indent=f"{indent}read: ", subsequent_indent=indent + "      "
+                        )
+                    )
                 if f.fix:
                     for i, para in enumerate(f.fix.strip().splitlines()):
-                        lines.extend(textwrap.wrap(para, WIDTH, initial_indent=indent + ("fix:  " if i == 0 else "      "),
-                                                   subsequent_indent=indent + "      ") or [indent])
+                        lines.extend(
+                            textwrap.wrap(
+                                para,
+                                WIDTH,
+                                initial_indent=indent + ("fix:  " if i == 0 else "      "),
+                                subsequent_indent=indent + "      ",
+                            )
+                            or [indent]
+                        )
     lines.append("")
     lines.extend(summary_lines(report, style))
     return "\n".join(lines) + "\n"
@@ -183,14 +196,23 @@ def summary_lines(report: Report, style: Style = plain) -> list[str]:
     out = ["Summary: " + ", ".join(parts)]
     blocking = report.blocking()
     if blocking:
-        out.append(style(f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
-                         "(exit status 1):", fg="red", bold=True))
+        out.append(
+            style(
+                f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
+                "(exit status 1):",
+                fg="red",
+                bold=True,
+            )
+        )
         for f in blocking:
             out.append(f"  - {f.rule_id} on {f.subject.label}: {f.title}")
     else:
         note = ""
         if c["unknown"] or c["error"]:
             note = f"; {c['unknown'] + c['error']} check(s) could not be judged, see above"
-        out.append(style(f"Verdict: OK — nothing failed at severity {report.fail_on.value} or above{note}",
-                         fg="green", bold=True))
+        out.append(
+            style(
+                f"Verdict: OK — nothing failed at severity {report.fail_on.value} or above{note}", fg="green", bold=True
+            )
+        )
     return out

@@ -8,21 +8,21 @@ report.schema.json  the JSON report of `gpudoctor check --format json`
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> dict[str, Any]:
     with open(HERE / f"{name}.schema.json", encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(name: str) -> Callable[[Any], Any]:
     """The generated validator module (scripts/gen_validators.py), else compile at run time."""
     import importlib
@@ -54,8 +54,11 @@ def validate(name: str, data: Any) -> str | None:
             return None
         except fastjsonschema.JsonSchemaValueException as exc:
             definition = exc.definition if isinstance(exc.definition, dict) else {}
-            branches = [b for b in definition.get("anyOf", [])
-                        if b.get("$ref") != "#/$defs/unavailable" and b.get("required") != ["unavailable"]]
+            branches = [
+                b
+                for b in definition.get("anyOf", [])
+                if b.get("$ref") != "#/$defs/unavailable" and b.get("required") != ["unavailable"]
+            ]
             if exc.rule == "anyOf" and len(branches) == 1 and exc.name:
                 # descend: validate the failing value against the real branch
                 prefix = exc.name
@@ -63,7 +66,9 @@ def validate(name: str, data: Any) -> str | None:
                 sub = dict(branches[0])
                 sub["$defs"] = schema.get("$defs", {})
                 # never fetch anything: every reference is inside the shipped schema
-                validator = fastjsonschema.compile(sub, handlers={"https": lambda _uri: schema, "http": lambda _uri: schema})
+                validator = fastjsonschema.compile(
+                    sub, handlers={"https": lambda _uri: schema, "http": lambda _uri: schema}
+                )
                 continue
             full = exc.name.replace("data", prefix, 1) if exc.name else prefix
             where = full.replace("data.", "", 1).replace("data", "top level", 1) or "top level"

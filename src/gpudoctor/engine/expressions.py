@@ -140,12 +140,16 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
     """simpleeval with attribute access limited to FactView objects."""
 
     def _eval_call(self, node: ast.Call) -> Any:
-        # available(fact) asks whether a fact is known; it must see the fact unevaluated.
-        if isinstance(node.func, ast.Name) and node.func.id == "available":
+        # available(fact): is the fact known? supported(fact): is it anything but "not supported
+        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
+        # Both must see the fact unevaluated.
+        if isinstance(node.func, ast.Name) and node.func.id in ("available", "supported"):
             try:
                 self._eval(node.args[0])
-            except FactUnavailable:
-                return False
+            except FactUnavailable as exc:
+                if node.func.id == "available":
+                    return False
+                return exc.unavailable.reason != "not_supported"
             return True
         return super()._eval_call(node)
 
@@ -212,8 +216,8 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
                 raise ExpressionError(f"call of {name!r} is not allowed; functions: {known}")
             if node.keywords:
                 raise ExpressionError("keyword arguments are not allowed")
-            if node.func.id == "available" and len(node.args) != 1:
-                raise ExpressionError("available() takes exactly one fact")
+            if node.func.id in ("available", "supported") and len(node.args) != 1:
+                raise ExpressionError(f"{node.func.id}() takes exactly one fact")
             for arg in node.args:
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("*args is not allowed")

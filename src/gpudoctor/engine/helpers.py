@@ -220,7 +220,7 @@ STATIC: dict[str, Callable[..., Any]] = {
 }
 
 # Bound per run (see bind) or evaluated specially (available: is the fact known?).
-BOUND = ("lookup", "flag_names", "available")
+BOUND = ("lookup", "flag_names", "available", "supported")
 
 FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 

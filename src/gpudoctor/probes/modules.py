@@ -260,7 +260,7 @@ def _iommu_mode(ctx: ProbeContext, cmdline: str | Unavailable) -> str | Unavaila
             return "passthrough"
         if tokens & _IOMMU_PT:
             return "passthrough"
-        return "unknown"
+        return Unavailable("not_supported", f"unrecognised IOMMU group types: {', '.join(sorted(types)) or 'none'}")
     if tokens & _IOMMU_OFF:
         return "off"
     if isinstance(groups, list):
@@ -270,7 +270,9 @@ def _iommu_mode(ctx: ProbeContext, cmdline: str | Unavailable) -> str | Unavaila
             return "off"  # kernel built without IOMMU support
         if isinstance(cmdline, Unavailable):
             return Unavailable("not_found", "neither /sys/kernel/iommu_groups nor /proc/cmdline could be read")
-        return "passthrough" if tokens & _IOMMU_PT else "unknown"
+        if tokens & _IOMMU_PT:
+            return "passthrough"
+        return Unavailable("not_found", "no IOMMU groups readable and no iommu= option on the kernel command line")
     return groups
 
 

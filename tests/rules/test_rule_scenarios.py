@@ -1,0 +1,95 @@
+"""End to end: every built-in rule over every fixture host, probed from its files.
+
+Each scenario must fail exactly the rules its name promises (by rule id and subject), no rule may
+break, the healthy-hardware scenarios must leave nothing unknown, and where NVML is down every
+unknown must be explained by that fault. A surprise here means a rule or a fixture is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudoctor.engine.loader import load_rules
+from gpudoctor.engine.runner import run_rules
+from gpudoctor.findings import Status
+from tests.conftest import HOSTS, probed
+
+RULESET = load_rules(include_plugins=False)
+
+GPU0, GPU1 = "0000:18:00.0", "0000:9a:00.0"  # the two H100s of healthy-2gpu and its variants
+HOST = "host"
+
+# (rule id, subject) pairs that FAIL; the subject is a GPU's bus id or "host".
+EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
+    "healthy-2gpu": set(),
+    # GPU 1 trained at x8 of x16, still Gen5 in P0: only the width rule.
+    "pcie-degraded": {("pcie-width-degraded", GPU1)},
+    # GPU 0 at 91 °C (slowdown 89 °C) with clocks event reasons 0x60 = HwThermal | SwThermal.
+    "thermal-slowdown": {
+        ("hw-slowdown-active", GPU0),
+        ("sw-thermal-slowdown", GPU0),
+        ("temperature-near-slowdown", GPU0),
+    },
+    # Module 550.54.15 loaded, libraries 550.90.07: NVML refuses with a version mismatch. The file-based
+    # skew rule stands aside when NVML already reports the mismatch, so the fault is reported once.
+    "nvml-mismatch": {("nvml-driver-library-mismatch", HOST)},
+    # A fresh install: RTX 3090 on the bus and taken by nouveau, no nvidia module. nouveau-not-blacklisted
+    # does not apply while nouveau is loaded (nouveau-loaded says it all).
+    "no-driver": {("nvidia-driver-not-loaded", HOST), ("nouveau-loaded", HOST), ("nouveau-bound-to-gpu", "0000:01:00.0")},
+}
+
+# Scenarios whose faults leave every fact readable: nothing may be unknown there.
+FULLY_KNOWN = ("healthy-2gpu", "pcie-degraded", "thermal-slowdown")
+
+# Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.
+NVML_DOWN = {
+    "no-driver": "NVML_ERROR_DRIVER_NOT_LOADED",
+    "nvml-mismatch": "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+}
+
+_FINDINGS: dict[str, list[Any]] = {}
+
+
+def findings(scenario: str) -> list[Any]:
+    if scenario not in _FINDINGS:
+        _FINDINGS[scenario] = run_rules(RULESET, probed(scenario))
+    return _FINDINGS[scenario]
+
+
+def where(finding: Any) -> str:
+    return finding.subject.bus_id or finding.subject.kind
+
+
+def describe(items: list[Any]) -> str:
+    return "\n".join(f"  {f.status.value} {f.rule_id} [{f.subject.label}]: {f.message} {f.detail}" for f in items)
+
+
+def test_every_fixture_host_has_a_scenario():
+    assert {p.name for p in HOSTS.iterdir() if p.is_dir()} == set(EXPECTED_FAILURES)
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED_FAILURES))
+def test_scenario_fails_exactly_the_expected_rules(scenario):
+    results = findings(scenario)
+    broken = [f for f in results if f.status is Status.ERROR]
+    assert not broken, f"rules broke on {scenario}:\n{describe(broken)}"
+    failed = [f for f in results if f.status is Status.FAIL]
+    assert {(f.rule_id, where(f)) for f in failed} == EXPECTED_FAILURES[scenario], describe(failed)
+    for f in failed:
+        assert f.message and f.fix and "unknown" not in f.fix, describe([f])
+
+
+@pytest.mark.parametrize("scenario", FULLY_KNOWN)
+def test_scenario_leaves_nothing_unknown(scenario):
+    unknown = [f for f in findings(scenario) if f.status is Status.UNKNOWN]
+    assert not unknown, describe(unknown)
+
+
+@pytest.mark.parametrize("scenario, nvml_error", sorted(NVML_DOWN.items()))
+def test_unknowns_come_from_the_nvml_failure(scenario, nvml_error):
+    unknown = [f for f in findings(scenario) if f.status is Status.UNKNOWN]
+    assert unknown, f"NVML is down on {scenario}: the rules that need it must say unknown"
+    unexplained = [f for f in unknown if nvml_error not in f.detail]
+    assert not unexplained, describe(unexplained)

@@ -83,7 +83,7 @@ def root_options(f: Any) -> Any:
     return f
 
 
-def _collect(
+def _start_collect(
     root: str | None,
     sysfs_root: str | None,
     procfs_root: str | None,
@@ -91,14 +91,15 @@ def _collect(
     torch_import: bool,
     timeout: float,
     nvml_timeout: float,
-) -> dict[str, Any]:
+) -> Any:
+    """Validate the probe options and start probing (NVML is forked at once); `.finish()` gives the facts."""
     for label, path in (("--root", root), ("--sysfs-root", sysfs_root), ("--procfs-root", procfs_root)):
         if path is not None and not Path(path).is_dir():
             fail(f"{label} {path}: no such directory")
     if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         fail(f"--python {python}: not an executable file")
     from .context import make_context
-    from .probes import collect_all
+    from .probes import start_collection
 
     ctx = make_context(
         root=root,
@@ -109,7 +110,7 @@ def _collect(
         nvml_timeout=nvml_timeout,
         torch_import=torch_import,
     )
-    return collect_all(ctx)
+    return start_collection(ctx)
 
 
 def _load_facts(path: str) -> dict[str, Any]:
@@ -213,15 +214,24 @@ def check(
 
     if facts_file and (root or sysfs_root or procfs_root or python or torch_import):
         fail("--facts judges a saved snapshot; it cannot be combined with --root/--sysfs-root/--procfs-root/--python")
-    ruleset = _load_rules(rule_dirs, builtin=not no_builtin_rules)
-    unknown = unknown_selectors(ruleset, list(only) + list(skip))
-    if unknown:
-        fail(f"--only/--skip: no rule, area or tag named {', '.join(unknown)} (see `gpudoctor rules list`)")
-    if facts_file:
-        facts = _load_facts(facts_file)
-        origin = facts_file
+    # Probing starts first so that NVML's start-up in its child overlaps loading the rules.
+    collection = None
+    if not facts_file:
+        collection = _start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    try:
+        ruleset = _load_rules(rule_dirs, builtin=not no_builtin_rules)
+        unknown = unknown_selectors(ruleset, list(only) + list(skip))
+        if unknown:
+            fail(f"--only/--skip: no rule, area or tag named {', '.join(unknown)} (see `gpudoctor rules list`)")
+    except BaseException:
+        if collection is not None:
+            collection.abort()
+        raise
+    if collection is None:
+        facts = _load_facts(str(facts_file))
+        origin = str(facts_file)
     else:
-        facts = _collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+        facts = collection.finish()
         origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
     rules = select(ruleset.rules, only, skip)
     report = Report(
@@ -260,7 +270,7 @@ def probe(
     """Read the machine and print the facts snapshot as JSON."""
     from .facts import dumps
 
-    facts = _collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    facts = _start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
     _write(dumps(facts), output)
 
 

@@ -77,6 +77,9 @@ class Finding:
     docs: str = ""
     # For unknown and error findings: why the check could not be judged.
     detail: str = ""
+    # For unknown findings: the source whose facts were missing and why ("nvml: driver_not_loaded"),
+    # so a report can say once that many checks could not run for the same reason.
+    cause: str = ""
 
     def to_json(self) -> dict[str, Any]:
         from .facts import to_jsonable

@@ -79,7 +79,7 @@ def test_no_driver_host() -> None:
     assert (h["cpu_count"], h["allowed_mems"], h["memlock_soft_bytes"], h["env"]) == (8, [0], 8388608, {})
     (gpu,) = facts["pci"]["devices"]
     assert (gpu["bus_id"], gpu["class_code"], gpu["device_id"], gpu["driver"]) == (
-        "0000:01:00.0", "0x030000", "0x2204", "none")
+        "0000:01:00.0", "0x030000", "0x2204", "nouveau")
     assert (gpu["link_gen"], gpu["parent_bus_id"], gpu["parent_max_link_gen"]) == (4, "0000:00:01.0", 4)
     n = facts["numa"]
     assert (n["node_count"], n["socket_count"], n["smt_active"]) == (1, 1, False)

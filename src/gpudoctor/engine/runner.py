@@ -34,6 +34,27 @@ def unknown_selectors(ruleset: RuleSet, selectors: Iterable[str]) -> list[str]:
     return [s for s in selectors if s not in known]
 
 
+_GPU_NVML_FIELDS: frozenset[str] | None = None
+
+
+def source_of(path: str) -> str:
+    """Which probe a fact path comes from: gpu.pcie_width → nvml, gpu.pci.driver → pci, torch.x → torch."""
+    global _GPU_NVML_FIELDS
+    head, _, rest = path.partition(".")
+    if head == "gpu":
+        if _GPU_NVML_FIELDS is None:
+            from .factpaths import _def
+
+            _GPU_NVML_FIELDS = frozenset(_def("nvml_gpu")["properties"]) | {"in_nvml"}
+        field = rest.split(".", 1)[0]
+        if field == "pci":
+            return "pci"
+        return "nvml" if field in _GPU_NVML_FIELDS else "topology"
+    if head in ("node", "nic"):
+        return "numa" if head == "node" else "pci"
+    return head
+
+
 def _dedup(reads: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     seen: dict[str, Any] = {}
     for path, value in reads:
@@ -60,7 +81,7 @@ def evaluate_rule(
 
     evidence_end: list[int] = []
 
-    def finding(status: Status, message: str, fix: str = "", detail: str = "") -> Finding:
+    def finding(status: Status, message: str, fix: str = "", detail: str = "", cause: str = "") -> Finding:
         # Evidence is what the conditions read, not what the message template read afterwards.
         end = evidence_end[0] if evidence_end else len(reads)
         return Finding(
@@ -75,6 +96,7 @@ def evaluate_rule(
             fix=fix,
             docs=rule.docs,
             detail=detail,
+            cause=cause,
         )
 
     try:
@@ -84,7 +106,12 @@ def evaluate_rule(
         evidence_end.append(len(reads))
     except FactUnavailable as exc:
         u = exc.unavailable
-        return finding(Status.UNKNOWN, f"cannot check: {exc.path} is unavailable ({u.reason})", detail=u.detail)
+        return finding(
+            Status.UNKNOWN,
+            f"cannot check: {exc.path} is unavailable ({u.reason})",
+            detail=u.detail,
+            cause=f"{source_of(exc.path)}: {u.reason}",
+        )
     except Exception as exc:  # a broken rule must not stop the others
         return finding(
             Status.ERROR,

@@ -89,7 +89,8 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         in_nvml: Any = False
     else:
         reason = NVML_REASON.get(str(status), "error")
-        detail = f"NVML did not answer ({status}: {nvml.get('error', '')})".rstrip(": )") + ")"
+        error = str(nvml.get("error", "")).strip()
+        detail = f"NVML did not answer ({status})" + (f": {error}" if error else "")
         missing = Unavailable(reason, detail)
         in_nvml = missing
     for bus_norm, dev in sorted(by_bus.items()):
@@ -110,7 +111,7 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "pci": dict(dev),
                 "label": f"{vendor.upper() if vendor in ('amd', 'nvidia') else vendor} GPU ({bus_norm})"
                 if vendor != "nvidia"
-                else f"GPU ? ({bus_norm})",
+                else f"GPU {bus_norm}",
                 "index": Unavailable(missing.reason, missing.detail)
                 if vendor == "nvidia"
                 else Unavailable("not_supported", "no NVML index for a non-NVIDIA GPU"),

@@ -21,10 +21,9 @@ Collector = Callable[[ProbeContext], Any]
 
 def _collectors() -> dict[str, Collector]:
     # Imported here so that `gpudoctor rules list` never pays for probe imports.
-    from . import host, modules, nvml, numa, pci, rocm, toolkit, torch
+    from . import host, modules, numa, pci, rocm, toolkit, torch
 
-    # sysfs first: it cannot hang; NVML (in a child under a deadline) last but one,
-    # torch last since it may start an interpreter.
+    # sysfs first: it cannot hang; torch last since it may start an interpreter.
     return {
         "host": host.collect,
         "pci": pci.collect,
@@ -32,39 +31,87 @@ def _collectors() -> dict[str, Collector]:
         "modules": modules.collect,
         "rocm": rocm.collect,
         "toolkit": toolkit.collect,
-        "nvml": nvml.collect,
         "torch": torch.collect,
     }
 
 
-def collect_all(ctx: ProbeContext) -> dict[str, Any]:
-    """Run every probe and assemble the snapshot."""
-    started = time.monotonic()
-    sections: dict[str, Any] = {}
-    meta_probes: dict[str, Any] = {}
-    for name, collect in _collectors().items():
+ORDER = ("host", "pci", "numa", "modules", "rocm", "toolkit", "nvml", "torch")
+
+
+class Collection:
+    """A probe run in progress. NVML (about 90 ms of import, init and first calls on a 2-GPU
+    host) is forked first, so it runs while the file-based probes read and, in `check`, while
+    the rules load; :meth:`finish` collects it under its own deadline."""
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        from . import nvml
+
+        self.ctx = ctx
+        self.started = time.monotonic()
+        self.meta_probes: dict[str, Any] = {}
+        self.sections: dict[str, Any] = {}
         t0 = time.monotonic()
-        if ctx.remaining() <= 0:
-            sections[name] = Unavailable("timeout", "the run's deadline passed before this probe started")
-            meta_probes[name] = {"status": "timeout", "duration_s": 0.0}
-            continue
         try:
-            sections[name] = collect(ctx)
-            meta_probes[name] = {"status": "ok", "duration_s": round(time.monotonic() - t0, 4)}
+            self._nvml: Any = nvml.start(ctx)
+        except Exception as exc:  # never let NVML's start take the run down
+            self._nvml = None
+            self.sections["nvml"] = {"status": "error", "error": f"probe nvml crashed: {type(exc).__name__}: {exc}"}
+            self.meta_probes["nvml"] = {"status": "crashed", "duration_s": 0.0, "error": str(exc)}
+        self._nvml_started = t0
+
+    def _run(self, name: str, collect: Collector) -> None:
+        t0 = time.monotonic()
+        if self.ctx.remaining() <= 0:
+            self.sections[name] = Unavailable("timeout", "the run's deadline passed before this probe started")
+            self.meta_probes[name] = {"status": "timeout", "duration_s": 0.0}
+            return
+        try:
+            self.sections[name] = collect(self.ctx)
+            self.meta_probes[name] = {"status": "ok", "duration_s": round(time.monotonic() - t0, 4)}
         except Exception as exc:  # a probe bug must not take the run down
             tb = f"{type(exc).__name__}: {exc}"
-            sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
-            meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
-    if not isinstance(sections.get("nvml"), dict):
-        # nvml is always an object so rules can read nvml.status.
-        failure = sections.get("nvml")
-        detail = failure.detail if isinstance(failure, Unavailable) else "probe failed"
-        sections["nvml"] = {"status": "error", "error": detail}
-    meta = {
-        "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "root": str(ctx.root),
-        "live": ctx.live,
-        "duration_s": round(time.monotonic() - started, 4),
-        "probes": meta_probes,
-    }
-    return make_snapshot(sections, meta)
+            self.sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
+            self.meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
+
+    def finish(self) -> dict[str, Any]:
+        for name, collect in _collectors().items():
+            if name == "torch" and self._nvml is not None:
+                self._finish_nvml()
+            self._run(name, collect)
+        if self._nvml is not None:
+            self._finish_nvml()
+        if not isinstance(self.sections.get("nvml"), dict):
+            # nvml is always an object so rules can read nvml.status.
+            failure = self.sections.get("nvml")
+            detail = failure.detail if isinstance(failure, Unavailable) else "probe failed"
+            self.sections["nvml"] = {"status": "error", "error": detail}
+        meta = {
+            "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "root": str(self.ctx.root),
+            "live": self.ctx.live,
+            "duration_s": round(time.monotonic() - self.started, 4),
+            "probes": {name: self.meta_probes[name] for name in ORDER if name in self.meta_probes},
+        }
+        return make_snapshot({name: self.sections[name] for name in ORDER if name in self.sections}, meta)
+
+    def abort(self) -> None:
+        """The caller will not finish (e.g. a bad rule file): stop the NVML child, leave nothing behind."""
+        if self._nvml is not None:
+            pending, self._nvml = self._nvml, None
+            pending.cancel()
+
+    def _finish_nvml(self) -> None:
+        pending, self._nvml = self._nvml, None
+        self._run("nvml", lambda _ctx: pending.result())
+        # NVML ran in the background since the start: report its wall time, not the wait
+        self.meta_probes["nvml"]["duration_s"] = round(time.monotonic() - self._nvml_started, 4)
+
+
+def start_collection(ctx: ProbeContext) -> Collection:
+    """Start probing (NVML forked at once); call ``.finish()`` for the snapshot."""
+    return Collection(ctx)
+
+
+def collect_all(ctx: ProbeContext) -> dict[str, Any]:
+    """Run every probe and assemble the snapshot."""
+    return start_collection(ctx).finish()

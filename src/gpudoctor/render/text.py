@@ -111,8 +111,12 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
     rule_width = max([len(f.rule_id) for f in report.findings] + [10])
     subject_width = max([len(f.subject.label) for f in report.findings if f.status is not Status.SKIP] + [4])
     subject_width = min(subject_width, 24)
+    folded = {} if verbose else _shared_causes(report.findings)
+    folded_ids = {id(f) for group in folded.values() for f in group}
     for area, title in AREAS.items():
-        findings = [f for f in by_area.get(area, []) if f.status is not Status.SKIP or verbose]
+        findings = [
+            f for f in by_area.get(area, []) if (f.status is not Status.SKIP or verbose) and id(f) not in folded_ids
+        ]
         if not findings:
             continue
         lines.append("")
@@ -148,9 +152,50 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
                             )
                             or [indent]
                         )
+    if folded:
+        lines.append("")
+        lines.append(style("Could not check", bold=True, underline=True))
+        indent = " " * 10
+        for cause, group in folded.items():
+            source, _, reason = cause.partition(": ")
+            status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
+            name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch"}.get(source, source)
+            lines.append(f"  {status} {len(group)} checks need {name} facts, which are unavailable ({reason})")
+            detail = max((f.detail for f in group), key=len)
+            if detail:
+                lines.extend(
+                    textwrap.wrap(detail, WIDTH, initial_indent=f"{indent}why:  ", subsequent_indent=indent + "      ")
+                )
+            ids = ", ".join(dict.fromkeys(f.rule_id for f in group))
+            lines.extend(
+                textwrap.wrap(
+                    ids,
+                    WIDTH,
+                    initial_indent=f"{indent}checks: ",
+                    subsequent_indent=indent + "        ",
+                    break_on_hyphens=False,
+                )
+            )
+            subjects = ", ".join(dict.fromkeys(f.subject.label for f in group))
+            lines.extend(
+                textwrap.wrap(subjects, WIDTH, initial_indent=f"{indent}on:   ", subsequent_indent=indent + "      ")
+            )
     lines.append("")
     lines.extend(summary_lines(report, style))
     return "\n".join(lines) + "\n"
+
+
+FOLD_AT = 3
+
+
+def _shared_causes(findings: list[Finding]) -> dict[str, list[Finding]]:
+    """Unknown findings that share one cause (e.g. NVML not loaded), when there are enough of them
+    to drown the report: they are said once, at the end, instead of once per check."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.status is Status.UNKNOWN and f.cause:
+            groups.setdefault(f.cause, []).append(f)
+    return {cause: group for cause, group in groups.items() if len(group) >= FOLD_AT}
 
 
 def _rows(findings: list[Finding], verbose: bool) -> list[tuple[Finding, str]]:

@@ -37,7 +37,11 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     "nvml-mismatch": {("nvml-driver-library-mismatch", HOST)},
     # A fresh install: RTX 3090 on the bus and taken by nouveau, no nvidia module. nouveau-not-blacklisted
     # does not apply while nouveau is loaded (nouveau-loaded says it all).
-    "no-driver": {("nvidia-driver-not-loaded", HOST), ("nouveau-loaded", HOST), ("nouveau-bound-to-gpu", "0000:01:00.0")},
+    "no-driver": {
+        ("nvidia-driver-not-loaded", HOST),
+        ("nouveau-loaded", HOST),
+        ("nouveau-bound-to-gpu", "0000:01:00.0"),
+    },
 }
 
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.

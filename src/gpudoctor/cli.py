@@ -256,9 +256,11 @@ def check(
 
 @main.command(epilog="Exit status: 0 snapshot written; 2 gpudoctor could not run.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the snapshot here (default: stdout).")
+@click.option("--scrub", is_flag=True, help="Replace hostname, GPU UUIDs and serials (for bug reports and fixtures).")
 @root_options
 def probe(
     output: str | None,
+    scrub: bool,
     root: str | None,
     sysfs_root: str | None,
     procfs_root: str | None,
@@ -271,6 +273,10 @@ def probe(
     from .facts import dumps
 
     facts = _start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
+    if scrub:
+        from .facts import scrub as scrub_facts
+
+        facts = scrub_facts(facts)
     _write(dumps(facts), output)
 
 

@@ -106,6 +106,36 @@ def make_snapshot(sections: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[
     return snap
 
 
+def scrub(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Replace what identifies a machine (hostname, GPU UUIDs and serials) for sharing a snapshot.
+
+    UUIDs keep their shape (GPU-00000000-0000-0000-0000-00000000000N) so rules that parse them
+    still work; CUDA_VISIBLE_DEVICES entries naming a real UUID are rewritten the same way.
+    """
+    out = json.loads(json.dumps(to_jsonable(snapshot)))
+    mapping: dict[str, str] = {}
+    host = out.get("host")
+    if isinstance(host, dict) and isinstance(host.get("hostname"), str):
+        host["hostname"] = "gpu-host"
+    nvml = out.get("nvml")
+    gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
+    for i, gpu in enumerate(gpus if isinstance(gpus, list) else []):
+        uuid = gpu.get("uuid")
+        if isinstance(uuid, str):
+            mapping[uuid] = f"GPU-00000000-0000-0000-0000-{i:012d}"
+            gpu["uuid"] = mapping[uuid]
+        if isinstance(gpu.get("serial"), str):
+            gpu["serial"] = f"SCRUBBED{i}"
+    env = host.get("env") if isinstance(host, dict) else None
+    if isinstance(env, dict):
+        for key, value in env.items():
+            for real, fake in mapping.items():
+                value = value.replace(real, fake)
+            env[key] = value
+    result: dict[str, Any] = from_jsonable(out)
+    return result
+
+
 def dumps(snapshot: Mapping[str, Any]) -> str:
     return json.dumps(to_jsonable(snapshot), indent=2, sort_keys=False) + "\n"
 

@@ -183,3 +183,16 @@ def test_python_m_gpudoctor_works_in_a_subprocess():
     )
     assert proc.returncode == 0, proc.stderr
     assert "PCIe" in proc.stdout
+
+
+def test_probe_scrub_replaces_identifying_values(capsys, tmp_path):
+    snap = tmp_path / "host.json"
+    code, _, _ = cli(capsys, "probe", "--root", HEALTHY, "--scrub", "-o", str(snap))
+    assert code == 0
+    data = json.loads(snap.read_text())
+    assert data["host"]["hostname"] == "gpu-host"
+    uuids = [g["uuid"] for g in data["nvml"]["gpus"]]
+    assert uuids == ["GPU-00000000-0000-0000-0000-000000000000", "GPU-00000000-0000-0000-0000-000000000001"]
+    assert all(g["serial"].startswith("SCRUBBED") for g in data["nvml"]["gpus"])
+    code, _, _ = cli(capsys, "check", "--facts", str(snap))
+    assert code == 0

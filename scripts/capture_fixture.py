@@ -19,28 +19,61 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
 PCI_ATTRS = [
-    "class", "vendor", "device", "subsystem_vendor", "subsystem_device", "numa_node",
-    "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed",
-    "max_link_width", "enable", "revision",
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "numa_node",
+    "local_cpulist",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "enable",
+    "revision",
 ]
 
 FILE_GLOBS = [
-    "/proc/meminfo", "/proc/modules", "/proc/cmdline", "/proc/mounts",
-    "/proc/sys/kernel/osrelease", "/proc/sys/kernel/hostname", "/proc/sys/kernel/numa_balancing",
-    "/proc/self/status", "/proc/self/cgroup", "/proc/self/mountinfo", "/proc/self/limits", "/proc/self/mounts",
-    "/proc/1/cgroup", "/proc/sys/kernel/arch", "/.dockerenv", "/run/.containerenv",
-    "/proc/driver/nvidia/version", "/proc/driver/nvidia/gpus/*/information",
-    "/etc/os-release", "/usr/lib/os-release", "/etc/modprobe.d/*", "/usr/lib/modprobe.d/*", "/lib/modprobe.d/*",
-    "/sys/devices/system/node/possible", "/sys/devices/system/node/online",
-    "/sys/devices/system/node/node*/cpulist", "/sys/devices/system/node/node*/meminfo",
+    "/proc/meminfo",
+    "/proc/modules",
+    "/proc/cmdline",
+    "/proc/mounts",
+    "/proc/sys/kernel/osrelease",
+    "/proc/sys/kernel/hostname",
+    "/proc/sys/kernel/numa_balancing",
+    "/proc/self/status",
+    "/proc/self/cgroup",
+    "/proc/self/mountinfo",
+    "/proc/self/limits",
+    "/proc/self/mounts",
+    "/proc/1/cgroup",
+    "/proc/sys/kernel/arch",
+    "/.dockerenv",
+    "/run/.containerenv",
+    "/proc/driver/nvidia/version",
+    "/proc/driver/nvidia/gpus/*/information",
+    "/etc/os-release",
+    "/usr/lib/os-release",
+    "/etc/modprobe.d/*",
+    "/usr/lib/modprobe.d/*",
+    "/lib/modprobe.d/*",
+    "/sys/devices/system/node/possible",
+    "/sys/devices/system/node/online",
+    "/sys/devices/system/node/node*/cpulist",
+    "/sys/devices/system/node/node*/meminfo",
     "/sys/devices/system/node/node*/distance",
-    "/sys/devices/system/cpu/online", "/sys/devices/system/cpu/possible", "/sys/devices/system/cpu/present",
-    "/sys/devices/system/cpu/smt/active", "/sys/devices/system/cpu/smt/control",
+    "/sys/devices/system/cpu/online",
+    "/sys/devices/system/cpu/possible",
+    "/sys/devices/system/cpu/present",
+    "/sys/devices/system/cpu/smt/active",
+    "/sys/devices/system/cpu/smt/control",
     "/sys/devices/system/cpu/cpu*/topology/physical_package_id",
     "/sys/devices/system/cpu/cpu*/topology/core_id",
     "/sys/devices/system/cpu/cpu*/topology/thread_siblings_list",
@@ -49,19 +82,53 @@ FILE_GLOBS = [
     "/sys/devices/system/cpu/cpu*/cache/index*/type",
     "/sys/devices/system/cpu/cpu*/cache/index*/shared_cpu_list",
     "/sys/devices/system/cpu/cpu*/cache/index*/size",
-    "/sys/module/nvidia/version", "/sys/module/nvidia_uvm/version", "/sys/module/nouveau/version",
-    "/sys/module/amdgpu/version", "/sys/module/nvidia_peermem/version",
+    "/sys/module/nvidia/version",
+    "/sys/module/nvidia_uvm/version",
+    "/sys/module/nouveau/version",
+    "/sys/module/amdgpu/version",
+    "/sys/module/nvidia_peermem/version",
     "/sys/kernel/iommu_groups/*/type",
     "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
-    "/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset.mems.effective",
+    "/sys/fs/cgroup/cpuset.cpus.effective",
+    "/sys/fs/cgroup/cpuset.mems.effective",
     "/sys/class/kfd/kfd/topology/nodes/*/properties",
     "/usr/local/cuda/version.json",
 ]
 
 DEV_GLOBS = ["/dev/nvidia*", "/dev/kfd", "/dev/dri/renderD*"]
 
-ENV_PREFIXES = ("CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "PYTORCH_", "TORCH_", "NVIDIA_", "UCX_", "OMP_",
-                "SLURM_", "LOCAL_RANK", "KMP_", "NSIGHT_", "COMPUTE_PROFILE", "OPENCL_PROFILE", "LD_LIBRARY_PATH")
+# Driver libraries are recorded as empty files: their names carry the user-space driver version.
+LIB_GLOBS = [
+    f"{d}/libnvidia-ml.so*"
+    for d in (
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/nvidia/lib64",
+        "/lib/x86_64-linux-gnu",
+    )
+]
+
+ENV_PREFIXES = (
+    "CUDA_",
+    "NCCL_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "PYTORCH_",
+    "TORCH_",
+    "NVIDIA_",
+    "UCX_",
+    "OMP_",
+    "SLURM_",
+    "LOCAL_RANK",
+    "KMP_",
+    "NSIGHT_",
+    "COMPUTE_PROFILE",
+    "OPENCL_PROFILE",
+    "LD_LIBRARY_PATH",
+)
 
 
 def copy_file(src: str, dest_root: Path) -> None:
@@ -137,10 +204,27 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
     (dest / "proc/self").mkdir(parents=True, exist_ok=True)
     (dest / "proc/self/environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in sorted(env.items())))
+    if os.path.isdir("/sys/kernel"):
+        (dest / "sys/kernel").mkdir(
+            parents=True, exist_ok=True
+        )  # its presence tells "no IOMMU groups" from "unreadable"
+    for lib in LIB_GLOBS + [
+        os.path.join(d, "libnvidia-ml.so*") for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d
+    ]:
+        for path in glob.glob(lib):
+            if os.path.islink(path):
+                copy_link(path, dest)
+            elif os.path.isfile(path):
+                target = dest / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()  # the name carries the version; the contents do not matter
     if args.scrub:
         hostname = dest / "proc/sys/kernel/hostname"
         if hostname.exists():
             hostname.write_text("gpu-host\n")
+        for i, info in enumerate(sorted(dest.glob("proc/driver/nvidia/gpus/*/information"))):
+            text = re.sub(r"GPU-[0-9a-fA-F-]{36}", f"GPU-00000000-0000-0000-0000-{i:012d}", info.read_text())
+            info.write_text(text)
     if not args.no_nvml:
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))

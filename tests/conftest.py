@@ -16,6 +16,13 @@ HOSTS = HERE / "fixtures" / "hosts"
 SNAPSHOTS = HERE / "fixtures" / "snapshots"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests never read or write the user's rule cache.
+    import tempfile
+
+    os.environ.setdefault("GPUDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpudoctor-test-cache-"))
+
+
 def _has_gpu() -> bool:
     if os.environ.get("GPUDOCTOR_TEST_NO_GPU"):
         return False

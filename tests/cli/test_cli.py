@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -196,3 +197,13 @@ def test_probe_scrub_replaces_identifying_values(capsys, tmp_path):
     assert all(g["serial"].startswith("SCRUBBED") for g in data["nvml"]["gpus"])
     code, _, _ = cli(capsys, "check", "--facts", str(snap))
     assert code == 0
+
+
+def test_real_h200_snapshot_judged_offline_has_no_failures(capsys):
+    """The snapshot taken by `gpudoctor probe --scrub` on a healthy 2 x H200 host."""
+    snap = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "h200-x2.json"
+    code, out, _ = cli(capsys, "check", "--facts", str(snap), "--format", "json")
+    report = json.loads(out)
+    assert code == 0 and report["summary"]["fail"] == 0 and report["summary"]["unknown"] == 0
+    gpus = {f["subject"]["bus_id"] for f in report["findings"] if f["subject"]["kind"] == "gpu"}
+    assert gpus == {"0000:00:06.0", "0000:00:07.0"}

@@ -24,6 +24,8 @@ HOST = "host"
 # (rule id, subject) pairs that FAIL; the subject is a GPU's bus id or "host".
 EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     "healthy-2gpu": set(),
+    # A real capture from a healthy 2 x H200 (NVLink) VM host, UUIDs and serials scrubbed: nothing may fail.
+    "h200-x2-real": set(),
     # GPU 1 trained at x8 of x16, still Gen5 in P0: only the width rule.
     "pcie-degraded": {("pcie-width-degraded", GPU1)},
     # GPU 0 at 91 °C (slowdown 89 °C) with clocks event reasons 0x60 = HwThermal | SwThermal.
@@ -45,7 +47,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 }
 
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.
-FULLY_KNOWN = ("healthy-2gpu", "pcie-degraded", "thermal-slowdown")
+FULLY_KNOWN = ("healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real")
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.
 NVML_DOWN = {

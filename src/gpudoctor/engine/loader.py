@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from ..findings import AREAS, Severity
 from ..schemas import validate
 from . import factpaths
@@ -42,10 +40,12 @@ class _LineDict(dict):  # type: ignore[type-arg]
 
 
 def _loader_class() -> type:
+    import yaml
+
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class LineLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _LineDict:
+        def construct_mapping(self, node: Any, deep: bool = False) -> _LineDict:
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
@@ -66,6 +66,8 @@ _LOADER: type | None = None
 
 
 def read_yaml(path: Path) -> Any:
+    import yaml  # here, not at the top: a cached rule set needs no YAML at all
+
     global _LOADER
     if _LOADER is None:
         _LOADER = _loader_class()
@@ -321,6 +323,20 @@ def load_rules(
     if include_plugins:
         dirs.extend(d for _, d in entry_point_dirs())
     dirs.extend(Path(d) for d in extra_dirs)
+    from . import rule_cache
+
+    files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
+    files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
+    cache_key = rule_cache.key([*dirs, *files])
+    cached = rule_cache.load(cache_key)
+    if isinstance(cached, RuleSet):
+        return cached
+    ruleset = _load_uncached(dirs)
+    rule_cache.store(cache_key, ruleset)
+    return ruleset
+
+
+def _load_uncached(dirs: list[Path]) -> RuleSet:
     tables: dict[str, Any] = {}
     for directory in dirs:
         for name, table in load_tables(directory / "data").items():

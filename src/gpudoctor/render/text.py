@@ -219,8 +219,11 @@ def _rows(findings: list[Finding], verbose: bool) -> list[tuple[Finding, str]]:
                 if len(passes) < len(rule_findings):
                     label = f"other {label}"
                 if len({p.message for p in passes}) > 1:
-                    # different per subject: the shared title, not one subject's message
-                    first = dataclasses.replace(first, message=first.title)
+                    # the values differ per subject: show one, and say the others passed too
+                    others = len(passes) - 1
+                    first = dataclasses.replace(
+                        first, message=f"{first.message} on {first.subject.label}; {others} more pass"
+                    )
             rows.append((first, label))
     rows.sort(key=lambda r: ORDER.get(badge(r[0]), 9))
     return rows

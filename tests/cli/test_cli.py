@@ -207,3 +207,40 @@ def test_real_h200_snapshot_judged_offline_has_no_failures(capsys):
     assert code == 0 and report["summary"]["fail"] == 0 and report["summary"]["unknown"] == 0
     gpus = {f["subject"]["bus_id"] for f in report["findings"] if f["subject"]["kind"] == "gpu"}
     assert gpus == {"0000:00:06.0", "0000:00:07.0"}
+
+
+def test_hung_nvml_is_reported_on_time_and_fails_the_check(capsys, tmp_path):
+    """An NVML that never returns (a GPU fallen off the bus) must not hold gpudoctor past its deadline."""
+    import shutil
+    import time
+
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "healthy-2gpu", root, symlinks=True)
+    (root / "nvml.json").write_text(json.dumps({"format": 1, "init": {"hang": True}, "system": {}, "devices": []}))
+    started = time.monotonic()
+    code, out, _ = cli(capsys, "check", "--root", str(root), "--nvml-timeout", "1", "--timeout", "5")
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0, elapsed
+    assert code == 1
+    assert "nvml-not-responding" in out and "did not answer" in out
+
+
+def test_rule_pack_from_an_entry_point_loads_like_rules_dir(tmp_path, monkeypatch):
+    from gpudoctor.engine.loader import load_rules
+
+    pkg = tmp_path / "site" / "acme_rules"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acme.yaml").write_text(
+        "- id: acme-flag\n  title: ACME flag set\n  area: env\n  severity: info\n"
+        '  fail_if: host.env.ACME == "1"\n  message: ACME is set\n  fix: unset ACME\n'
+        "  why: ACME clusters need it off\n  refs: [internal]\n"
+    )
+    dist = tmp_path / "site" / "acme_rules-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-rules\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpudoctor.rules]\nacme = acme_rules\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    ruleset = load_rules()
+    rule = ruleset.by_id("acme-flag")
+    assert rule is not None and rule.source.endswith("acme.yaml")

@@ -34,7 +34,7 @@ def fail(message: str) -> NoReturn:
     raise UserError(message)
 
 
-def _style_for(stream: Any, colour: bool | None) -> Any:
+def style_for(stream: Any, colour: bool | None) -> Any:
     use = colour if colour is not None else (stream.isatty() and not os.environ.get("NO_COLOR"))
     if use:
         return click.style
@@ -83,7 +83,7 @@ def root_options(f: Any) -> Any:
     return f
 
 
-def _start_collect(
+def start_collect(
     root: str | None,
     sysfs_root: str | None,
     procfs_root: str | None,
@@ -113,7 +113,29 @@ def _start_collect(
     return start_collection(ctx)
 
 
-def _load_facts(path: str) -> dict[str, Any]:
+def obtain_facts(
+    facts_file: str | None,
+    root: str | None = None,
+    sysfs_root: str | None = None,
+    procfs_root: str | None = None,
+    python: str | None = None,
+    torch_import: bool = False,
+    timeout: float = 30.0,
+    nvml_timeout: float = 5.0,
+) -> tuple[dict[str, Any], str]:
+    """The facts and where they came from: a snapshot file, a fixture root, or the live machine.
+
+    For commands other than `check` that take `--facts FILE` plus @root_options."""
+    if facts_file:
+        if root or sysfs_root or procfs_root or python or torch_import:
+            fail("--facts reads a saved snapshot; it cannot be combined with --root/--sysfs-root/--procfs-root/--python")
+        return load_facts_file(facts_file), facts_file
+    facts = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
+    origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
+    return facts, origin
+
+
+def load_facts_file(path: str) -> dict[str, Any]:
     from .facts import SnapshotError, load_snapshot
 
     try:
@@ -122,7 +144,7 @@ def _load_facts(path: str) -> dict[str, Any]:
         fail(str(exc))
 
 
-def _load_rules(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
+def load_ruleset(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
     from .engine.loader import RuleLoadError, load_rules
 
     for d in rule_dirs:
@@ -134,7 +156,7 @@ def _load_rules(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
         fail(f"bad rule file: {exc}")
 
 
-def _write(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None) -> None:
     if output and output != "-":
         from .facts import write_atomic
 
@@ -146,7 +168,39 @@ def _write(text: str, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_HELP)
+# Commands that live in their own modules (src/gpudoctor/commands/<module>.py, each exposing
+# `command`), imported only when used so that `check` does not pay for them.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module under gpudoctor.commands, one-line help shown in `gpudoctor --help`)
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            import importlib
+
+            module = importlib.import_module(f"gpudoctor.commands.{LAZY_COMMANDS[name][0]}")
+            command: click.Command = module.command
+            return command
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, cmd.get_short_help_str(80)) for name, cmd in self.commands.items() if not cmd.hidden]
+        rows += [(name, help_text) for name, (_, help_text) in LAZY_COMMANDS.items()]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(sorted(rows))
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_HELP,
+)
 @click.version_option(__version__, "-V", "--version", prog_name="gpudoctor")
 def main() -> None:
     """Environment doctor for GPU machines used for AI training and inference.
@@ -217,9 +271,9 @@ def check(
     # Probing starts first so that NVML's start-up in its child overlaps loading the rules.
     collection = None
     if not facts_file:
-        collection = _start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+        collection = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
     try:
-        ruleset = _load_rules(rule_dirs, builtin=not no_builtin_rules)
+        ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
         unknown = unknown_selectors(ruleset, list(only) + list(skip))
         if unknown:
             fail(f"--only/--skip: no rule, area or tag named {', '.join(unknown)} (see `gpudoctor rules list`)")
@@ -228,7 +282,7 @@ def check(
             collection.abort()
         raise
     if collection is None:
-        facts = _load_facts(str(facts_file))
+        facts = load_facts_file(str(facts_file))
         origin = str(facts_file)
     else:
         facts = collection.finish()
@@ -248,9 +302,9 @@ def check(
         from .render.text import render as render_text
 
         stream = sys.stdout
-        style = _style_for(stream, color if not output else False)
+        style = style_for(stream, color if not output else False)
         text = render_text(report, facts, style=style, verbose=verbose)
-    _write(text, output)
+    write_output(text, output)
     sys.exit(report.exit_code)
 
 
@@ -272,12 +326,12 @@ def probe(
     """Read the machine and print the facts snapshot as JSON."""
     from .facts import dumps
 
-    facts = _start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
+    facts = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
     if scrub:
         from .facts import scrub as scrub_facts
 
         facts = scrub_facts(facts)
-    _write(dumps(facts), output)
+    write_output(dumps(facts), output)
 
 
 @main.group()
@@ -292,7 +346,7 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
     """Every rule with its area, severity and subject."""
     from .render.rules import list_json, list_text
 
-    ruleset = _load_rules(rule_dirs)
+    ruleset = load_ruleset(rule_dirs)
     click.echo(list_json(ruleset) if fmt == "json" else list_text(ruleset), nl=False)
 
 
@@ -303,7 +357,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
     """Explain one rule: why it matters, what it reads, how to fix it."""
     from .render.rules import show_text
 
-    ruleset = _load_rules(rule_dirs)
+    ruleset = load_ruleset(rule_dirs)
     rule = ruleset.by_id(rule_id)
     if rule is None:
         import difflib

@@ -128,7 +128,7 @@ def obtain_facts(
     For commands other than `check` that take `--facts FILE` plus @root_options."""
     if facts_file:
         if root or sysfs_root or procfs_root or python or torch_import:
-            fail("--facts reads a saved snapshot; it cannot be combined with --root/--sysfs-root/--procfs-root/--python")
+            fail("--facts reads a saved snapshot; it cannot be combined with the probe options (--root, --python, ...)")
         return load_facts_file(facts_file), facts_file
     facts = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
     origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"

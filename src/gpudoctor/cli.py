@@ -172,6 +172,14 @@ def write_output(text: str, output: str | None) -> None:
 # `command`), imported only when used so that `check` does not pay for them.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module under gpudoctor.commands, one-line help shown in `gpudoctor --help`)
+    "fix": ("fix", "Print the fixes: all failing findings, --numa bindings, --torch build."),
+    "run": ("run", "Bind to the GPU's NUMA node and exec a command (run --numa -- CMD)."),
+    "topo": ("topo", "Show GPUs, NUMA nodes, CPUs and NICs and how they connect."),
+    "gate": ("gate", "Pre-training go/no-go gate for job scripts (exit 0 go, 1 no-go)."),
+    "select": ("select", "Print CUDA_VISIBLE_DEVICES for the K best free, healthy GPUs."),
+    "report": ("report", "Fleet reports: merge many JSON reports into one summary."),
+    "tiers": ("tiers", "The GPU tier list: specs, this machine's GPUs marked."),
+    "bench": ("bench", "Microbenchmarks per GPU against the spec (needs torch)."),
 }
 
 

@@ -17,7 +17,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Tuple, Union
+from typing import Any, Callable, Iterable, Mapping, Tuple, Union
 
 Entry = Union[str, bytes, Tuple[str, ...]]
 
@@ -116,3 +116,34 @@ def deny(monkeypatch: Any, paths: Iterable[str | os.PathLike[str]]) -> None:
     monkeypatch.setattr(os, "open", wrap(os.open))
     monkeypatch.setattr(os, "listdir", wrap(os.listdir))
     monkeypatch.setattr(os, "readlink", wrap(os.readlink))
+
+
+def generator_main(
+    doc: str, scenarios: Mapping[str, Callable[[], Mapping[str, Entry]]], dest: Path, argv: list[str] | None = None
+) -> int:
+    """The command line shared by the fixture generators (tests/fixtures/make_*.py): write each
+    scenario's files under DEST/<scenario>, or with --check only report differences (exit 1)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", help="scenario names (default: all)")
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 on a difference")
+    parser.add_argument("--dest", default=str(dest), help="directory holding the scenario trees")
+    args = parser.parse_args(argv)
+    names = args.scenarios or list(scenarios)
+    unknown = [n for n in names if n not in scenarios]
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(scenarios)}")
+    status = 0
+    for name in names:
+        root = Path(args.dest) / name
+        spec = scenarios[name]()
+        if args.check:
+            problems = diff_tree(root, spec)
+            for problem in problems:
+                print(f"{name}: {problem}")
+            status |= bool(problems)
+        else:
+            write_tree(root, spec)
+            print(f"{name}: {len(spec)} entries")
+    return status

@@ -23,7 +23,7 @@ T = TypeVar("T")
 MAX_READ = 1 << 20
 
 
-def _os_error(path: Path, exc: OSError) -> Unavailable:
+def unavailable_from_oserror(path: Path, exc: OSError) -> Unavailable:
     if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return Unavailable("not_found", f"{path} does not exist")
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
@@ -66,7 +66,7 @@ def read_text(ctx: ProbeContext, absolute: str, *, strip: bool = True) -> str | 
     try:
         raw = _read_bytes(path)
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
     text = raw.decode("utf-8", "replace")
     if strip:
         text = text.strip()
@@ -137,7 +137,7 @@ def read_cpulist(ctx: ProbeContext, absolute: str) -> list[int] | Unavailable:
     try:
         raw = _read_bytes(path)
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
     try:
         return parse_cpulist(raw.decode("ascii"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -149,7 +149,7 @@ def list_dir(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
     try:
         return sorted(os.listdir(path))
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
 
 
 def resolve_link(ctx: ProbeContext, absolute: str) -> Path | Unavailable:
@@ -158,7 +158,7 @@ def resolve_link(ctx: ProbeContext, absolute: str) -> Path | Unavailable:
     try:
         os.stat(path)  # raises for missing targets and symlink loops
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
     return Path(os.path.realpath(path))
 
 
@@ -168,7 +168,7 @@ def link_name(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     try:
         return os.path.basename(os.readlink(path))
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
 
 
 # The kernel gives up after 40 links in one lookup; so do we.
@@ -207,7 +207,7 @@ def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
         except OSError as exc:
             if exc.errno == errno.EINVAL:  # exists and is not a symlink
                 continue
-            return _os_error(real, exc)
+            return unavailable_from_oserror(real, exc)
         hops += 1
         if hops > _MAX_LINK_HOPS:
             return Unavailable("error", f"{ctx.path(absolute)}: symlink loop")
@@ -238,7 +238,7 @@ def read_bytes(ctx: ProbeContext, absolute: str, limit: int = MAX_READ) -> bytes
         with open(path, "rb") as fh:
             return fh.read(limit)
     except OSError as exc:
-        return _os_error(path, exc)
+        return unavailable_from_oserror(path, exc)
 
 
 @dataclass(frozen=True)

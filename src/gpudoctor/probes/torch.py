@@ -36,11 +36,12 @@ import os
 import re
 import struct
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
-from .files import CommandResult, run_bounded
+from .files import CommandResult, run_bounded, unavailable_from_oserror
 
 FIELDS = (
     "installed",
@@ -117,11 +118,7 @@ def read_version_py(path: str) -> dict[str, Any] | Unavailable:
         with open(path, "rb") as fh:
             source = fh.read(1 << 16)
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            return Unavailable("not_found", f"{path} does not exist")
-        if isinstance(exc, PermissionError):
-            return Unavailable("no_permission", f"{path}: permission denied")
-        return Unavailable("error", f"{path}: {exc.strerror or exc}")
+        return unavailable_from_oserror(Path(path), exc)
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
@@ -293,11 +290,7 @@ def scan_fatbin_archs(path: str) -> list[str] | Unavailable:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            return Unavailable("not_found", f"{path} does not exist")
-        if isinstance(exc, PermissionError):
-            return Unavailable("no_permission", f"{path}: permission denied")
-        return Unavailable("error", f"{path}: {exc.strerror or exc}")
+        return unavailable_from_oserror(Path(path), exc)
     try:
         # Only scattered headers are read: read-ahead would pull in payloads for nothing.
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)

@@ -20,7 +20,7 @@ import fastjsonschema
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "src" / "gpudoctor" / "schemas"
-NAMES = ("facts", "rules", "table")
+NAMES = ("facts", "rules", "table", "policy")
 
 
 def generate(name: str) -> str:

@@ -6,6 +6,7 @@ driver, an NVML reason is one bit, ...), so a mistyped number or a misplaced row
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def cuda_key(key: str) -> tuple[int, int]:
 def test_there_are_tables():
     names = {p.stem for p in TABLE_FILES}
     assert {"cuda_driver", "clock_event_reasons", "gpu_architectures", "pcie_gen_speeds", "xid_errors"} <= names
+    assert {"nvidia_pci_ids", "memory_error_limits", "pcie_replay_rates", "rocm_os_support", "amdgpu_userspace"} <= (
+        names
+    )
 
 
 @pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
@@ -312,3 +316,120 @@ def test_xid_severity_follows_nvidia_reset_buckets():
             assert row["severity"] == "error", key
     assert rows["79"]["severity"] == "error"
     assert rows["43"]["severity"] == "info"
+
+
+# ---------------------------------------------------------------- nvidia_pci_ids
+
+
+def _pci_ranges() -> list[tuple[int, int, str]]:
+    rows = load("nvidia_pci_ids")["rows"]
+    out = []
+    for key, row in rows.items():
+        m = re.fullmatch(r"0x([0-9a-f]{4})-0x([0-9a-f]{4})", key)
+        assert m, f"range key {key!r} is not 0xLOW-0xHIGH in lower-case hex"
+        out.append((int(m.group(1), 16), int(m.group(2), 16), row["architecture"]))
+    return out
+
+
+def test_pci_ranges_are_ordered_disjoint_and_name_known_architectures():
+    ranges = _pci_ranges()
+    assert ranges == sorted(ranges)
+    for (lo, hi, arch), nxt in zip(ranges, ranges[1:] + [None]):
+        assert lo <= hi
+        assert arch in ARCH_ORDER
+        if nxt is not None:
+            assert hi < nxt[0], f"{lo:#x}-{hi:#x} overlaps {nxt[0]:#x}"
+
+
+@pytest.mark.parametrize(
+    "device, arch",
+    [
+        ("0x102d", "kepler"),  # Tesla K80
+        ("0x13f2", "maxwell"),  # Tesla M60
+        ("0x15f8", "pascal"),  # Tesla P100 PCIe 16GB
+        ("0x1b06", "pascal"),  # GeForce GTX 1080 Ti
+        ("0x1db5", "volta"),  # V100 SXM2 32GB
+        ("0x1eb8", "turing"),  # T4
+        ("0x20b2", "ampere"),  # A100 SXM4 80GB
+        ("0x2204", "ampere"),  # GeForce RTX 3090
+        ("0x26b9", "ada"),  # L40S
+        ("0x27b8", "ada"),  # L4
+        ("0x2330", "hopper"),  # H100 SXM5 80GB
+        ("0x2335", "hopper"),  # H200 (the real fixture host)
+        ("0x2342", "hopper"),  # GH200
+        ("0x2901", "blackwell"),  # B200
+        ("0x2b85", "blackwell"),  # GeForce RTX 5090
+        ("0x3182", "blackwell"),  # B300
+    ],
+)
+def test_known_devices_map_to_their_architecture(device, arch):
+    number = int(device, 16)
+    found = [a for lo, hi, a in _pci_ranges() if lo <= number <= hi]
+    assert found == [arch]
+
+
+def test_unknown_device_ids_fall_in_no_range():
+    numbers = [0x1040, 0x1180 - 1, 0x3340]  # Fermi GF119, a gap, GB120 (architecture not stated)
+    for number in numbers:
+        assert not [a for lo, hi, a in _pci_ranges() if lo <= number <= hi], hex(number)
+
+
+def test_pci_table_architectures_cover_the_open_module_requirements():
+    archs = {a for _, _, a in _pci_ranges()}
+    assert archs == set(ARCH_ORDER)
+
+
+# ---------------------------------------------------------------- memory_error_limits / pcie_replay_rates
+
+
+def test_memory_error_limits_follow_dcgm():
+    rows = load("memory_error_limits")["rows"]
+    assert rows["retired_pages_total"]["limit"] == 63  # DCGM_LIMIT_MAX_RETIRED_PAGES
+    assert rows["retired_pages_dbe_soft"]["limit"] == 15
+    for key, row in rows.items():
+        assert row["compare"] in {">", ">="}, key
+        assert row["verdict"] in {"error", "warning", "info"}, key
+        assert isinstance(row["limit"], int) and row["limit"] > 0, key
+
+
+def test_pcie_replay_rates_are_the_ber_limit_of_each_generation():
+    rates = load("pcie_replay_rates")["rows"]
+    speeds = load("pcie_gen_speeds")["rows"]
+    assert set(rates) == set(speeds)
+    for gen, row in rates.items():
+        # BER 1e-12 at the raw transfer rate, per minute: GT/s x 1e9 x 1e-12 x 60.
+        assert row["per_lane_per_min"] == pytest.approx(speeds[gen]["gts"] * 60 / 1000), gen
+    assert math.ceil(rates["5"]["per_lane_per_min"] * 16) == 31  # DCGM: 31 per minute for Gen5 x16
+    assert math.ceil(rates["4"]["per_lane_per_min"] * 16) == 16
+
+
+# ---------------------------------------------------------------- ROCm tables
+
+OS_KEY = re.compile(r"^(ubuntu|rhel|sles|ol|debian|centos|azurelinux) \d+(\.\d+)?$")
+
+
+def test_rocm_os_support_rows():
+    rows = load("rocm_os_support")["rows"]
+    assert list(rows) == sorted(rows, key=lambda k: tuple(int(p) for p in k.split(".")))
+    for release, row in rows.items():
+        assert re.fullmatch(r"\d+\.\d+", release), release
+        assert row["os"], release
+        for os_key, kernels in row["os"].items():
+            assert OS_KEY.match(os_key), f"{release}: {os_key!r}"
+            for kernel in kernels:
+                assert re.fullmatch(r"\d+\.\d+", kernel), f"{release} {os_key}: {kernel!r}"
+    # Ubuntu 24.04 first appears with ROCm 6.2; CentOS 7 and Ubuntu 20.04 were dropped in 6.2.
+    assert "ubuntu 24.04" not in rows["6.1"]["os"] and "ubuntu 24.04" in rows["6.2"]["os"]
+    assert "centos 7" in rows["6.1"]["os"] and "centos 7" not in rows["6.2"]["os"]
+    assert "ubuntu 20.04" not in rows["6.2"]["os"]
+
+
+def test_amdgpu_userspace_rows():
+    rows = load("amdgpu_userspace")["rows"]
+    releases = []
+    for module, row in rows.items():
+        assert re.fullmatch(r"\d+\.\d+", module), module
+        assert row["rocm"] in row["user_space"], f"{module}: a driver supports its own ROCm release"
+        assert row["user_space"] == sorted(row["user_space"], key=lambda v: tuple(map(int, v.split(".")))), module
+        releases.append(tuple(map(int, row["rocm"].split("."))))
+    assert releases == sorted(releases), "newer amdgpu modules come with newer ROCm releases"

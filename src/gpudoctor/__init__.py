@@ -2,4 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+# The Python API for job scripts, imported on first use so that `import gpudoctor` (and every
+# CLI command) stays cheap: `from gpudoctor import gate, GateFailed`.
+_LAZY = {
+    "gate": ("gate", "gate"),
+    "GateFailed": ("gate", "GateFailed"),
+    "GateError": ("gate", "GateError"),
+    "GateReport": ("gate", "GateReport"),
+    "Policy": ("gate", "Policy"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attribute)
+    # Importing the submodule gpudoctor.gate bound the name `gate` here to the module; the API
+    # promises the function.
+    globals()[name] = value
+    return value

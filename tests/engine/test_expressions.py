@@ -16,7 +16,21 @@ from gpudoctor.engine.expressions import (
     section_views,
     wrap,
 )
-from gpudoctor.engine.helpers import arch_supported, bind, version, visible_devices_problem
+from gpudoctor.engine.helpers import (
+    amd_visible_devices_problem,
+    arch_supported,
+    bind,
+    cuda_visible_count,
+    env_set,
+    filter_by,
+    gpus_per_node,
+    local_version,
+    missing_gfx,
+    os_support_problem,
+    version,
+    visible_devices_problem,
+    wheel_family,
+)
 from gpudoctor.facts import Unavailable
 
 ROOTS = dict(factpaths.section_roots())
@@ -171,3 +185,142 @@ def test_visible_devices_problem():
     assert "empty" in visible_devices_problem("", gpus)
     assert "neither" in visible_devices_problem("gpu0", gpus)
     assert "twice" in visible_devices_problem("1,1", gpus)
+
+
+# ---------------------------------------------------------------- helpers added for the rule packs
+
+
+@pytest.mark.parametrize(
+    "text, local, family",
+    [
+        ("2.4.1+cu121", "cu121", "cuda12"),
+        ("0.26.0+cu130", "cu130", "cuda13"),
+        ("2.0.1+cu118", "cu118", "cuda11"),
+        ("1.7.1+cu92", "cu92", "cuda9"),
+        ("2.6.0+rocm6.2.4", "rocm6.2.4", "rocm6"),
+        ("2.8.0+cpu", "cpu", "cpu"),
+        ("2.8.0+xpu", "xpu", "xpu"),
+        ("2.5.1", "", ""),  # a PyPI wheel: no tag, family unknown
+        ("2.5.0a0+git1234", "git1234", ""),  # a source build's tag says nothing about the accelerator
+    ],
+)
+def test_local_version_and_wheel_family(text, local, family):
+    assert local_version(text) == local
+    assert wheel_family(text) == family
+
+
+def test_missing_gfx_ignores_target_features_and_repeats():
+    built = ["gfx90a:xnack-", "gfx942:sramecc+:xnack-", "gfx1100"]
+    assert missing_gfx(["gfx942", "gfx942"], built) == []
+    assert missing_gfx(["gfx950", "gfx942", "gfx950"], built) == ["gfx950"]
+    assert missing_gfx(["gfx1151"], []) == ["gfx1151"]
+
+
+def test_filter_by_and_env_set():
+    xids = [{"bus_id": "0000:18:00.0", "code": 79}, {"bus_id": "0000:9a:00.0", "code": 13}, {"code": 31}]
+    assert filter_by(xids, "bus_id", "0000:9a:00.0") == [{"bus_id": "0000:9a:00.0", "code": 13}]
+    assert filter_by(xids, "bus_id", "0000:00:01.0") == []
+    env = {"CUDA_PROFILE": "1", "COMPUTE_PROFILE": "0"}
+    assert env_set(env, ["CUDA_INJECTION64_PATH", "COMPUTE_PROFILE", "CUDA_PROFILE"]) == [
+        "COMPUTE_PROFILE=0",
+        "CUDA_PROFILE=1",
+    ]
+
+
+def test_cuda_visible_count_stops_at_the_first_bad_entry():
+    gpus = [
+        {"vendor": "nvidia", "in_nvml": True, "uuid": "GPU-aaaa-1"},
+        {"vendor": "nvidia", "in_nvml": True, "uuid": "GPU-bbbb-2"},
+        {"vendor": "nvidia", "in_nvml": False},  # on the bus but not in NVML (fell off, or another container's)
+        {"vendor": "amd", "in_nvml": False},
+    ]
+    assert cuda_visible_count(None, gpus) == 2
+    assert cuda_visible_count("1", gpus) == 1
+    assert cuda_visible_count("1,0", gpus) == 2
+    assert cuda_visible_count("0,7,1", gpus) == 1  # CUDA ignores 7 and everything after it
+    assert cuda_visible_count("0,0", gpus) == 1
+    assert cuda_visible_count("GPU-bbbb", gpus) == 1
+    assert cuda_visible_count("GPU-cccc,0", gpus) == 0
+    assert cuda_visible_count("", gpus) == 0
+
+
+def test_amd_visible_devices_problem():
+    gpus = [{"vendor": "amd"}, {"vendor": "amd"}, {"vendor": "nvidia"}]
+    assert amd_visible_devices_problem("1,0", gpus) == ""
+    assert amd_visible_devices_problem("GPU-4b2c0c1a38e9fd7b", gpus) == ""
+    assert "does not exist" in amd_visible_devices_problem("0,2", gpus)
+    assert "twice" in amd_visible_devices_problem("1,1", gpus)
+    assert "empty" in amd_visible_devices_problem("", gpus)
+    assert "neither" in amd_visible_devices_problem("card0", gpus)
+
+
+def test_gpus_per_node_counts_only_nodes_with_cpus():
+    nodes = [{"id": 0, "cpus": [0, 1]}, {"id": 1, "cpus": [2, 3]}, {"id": 2, "cpus": []}]
+    gpus = [{"numa_node": 0}, {"numa_node": 0}, {"numa_node": 1}, {"numa_node": -1}, {"numa_node": 2}]
+    assert gpus_per_node(gpus, nodes) == [2, 1]
+    assert gpus_per_node([], nodes) == [0, 0]
+
+
+def test_os_support_problem():
+    row = {"os": {"ubuntu 22.04": ["5.15", "6.8"], "rhel 9.4": ["5.14"], "debian 12": []}}
+    assert os_support_problem(row, "ubuntu", "22.04", "5.15.0-105-generic") == ""
+    assert os_support_problem(row, "rhel", "9.4", "5.14.0-427.13.1.el9_4.x86_64") == ""
+    assert os_support_problem(row, "debian", "12", "6.12.1-amd64") == ""  # no kernel list: the OS fixes it
+    assert "kernel 6.11.0-26-generic" in os_support_problem(row, "ubuntu", "22.04", "6.11.0-26-generic")
+    assert "not a listed operating system" in os_support_problem(row, "rocky", "9.4", "5.14.0")
+    with pytest.raises(ValueError):
+        os_support_problem({"rows": []}, "ubuntu", "22.04", "5.15.0")
+
+
+BOUND_TABLES = {
+    "nvidia_pci_ids": {
+        "rows": {"0x2302-0x23f0": {"architecture": "hopper"}, "0x2900-0x323e": {"architecture": "blackwell"}}
+    },
+    "xid_errors": {
+        "rows": {
+            "79": {"severity": "error", "name": "GPU has fallen off the bus"},
+            "13": {"severity": "warning", "name": "Graphics engine exception"},
+            "43": {"severity": "info", "name": "GPU stopped processing"},
+        }
+    },
+    "nested": {"rows": {"2.7": {"variants": {"rocm6.3": {"gfx": ["gfx942"]}, "cu126": {}}}}},
+}
+
+
+def test_gpu_arch_prefers_nvml_then_pci_device_id():
+    funcs = bind(BOUND_TABLES)
+    assert funcs["gpu_arch"]({"architecture": "ampere", "pci": {"device_id": "0x2901"}}) == "ampere"
+    assert funcs["gpu_arch"]({"pci": {"device_id": "0x2901"}}) == "blackwell"
+    assert funcs["gpu_arch"]({"pci": {"device_id": "0x2335"}}) == "hopper"
+    reads: list = []
+    with pytest.raises(FactUnavailable):  # unknown device id: the rule is unknown, not passed
+        missing = Unavailable("not_found", "NVML does not list it")
+        funcs["gpu_arch"](wrap({"architecture": missing, "pci": {"device_id": "0x3340"}}, "gpu", reads))
+    assert ("gpu.architecture", Unavailable("not_found", "NVML does not list it")) in reads
+    with pytest.raises(FactUnavailable):
+        funcs["gpu_arch"]({"pci": None})
+
+
+def test_xids_of_groups_by_table_severity():
+    funcs = bind(BOUND_TABLES)
+    entries = [
+        {"code": 79, "count": 1, "message": "GPU has fallen off the bus."},
+        {"code": 13, "count": 3, "message": "Graphics SM Warp Exception"},
+        {"code": 57, "count": 1},
+        {"code": 43, "count": 2},
+    ]
+    assert funcs["xids_of"](entries, "error") == ["Xid 79 (GPU has fallen off the bus) 1x: GPU has fallen off the bus."]
+    assert funcs["xids_of"](entries, "warning") == [
+        "Xid 13 (Graphics engine exception) 3x: Graphics SM Warp Exception",
+        "Xid 57 (not in gpudoctor's Xid table) 1x",  # an unlisted Xid is worth a look, not a verdict
+    ]
+    assert funcs["xids_of"]([], "error") == []
+
+
+def test_lookup_path_walks_nested_rows():
+    funcs = bind(BOUND_TABLES)
+    assert funcs["lookup_path"]("nested", "2.7", "variants", "rocm6.3", "gfx") == ["gfx942"]
+    assert funcs["lookup_path"]("nested", "2.7", "variants", "cu126", "gfx") is None
+    assert funcs["lookup_path"]("nested", "2.9", "variants") is None
+    with pytest.raises(ValueError):
+        funcs["lookup_path"]("no_such_table", "2.7")

@@ -44,10 +44,29 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
         ("nouveau-loaded", HOST),
         ("nouveau-bound-to-gpu", "0000:01:00.0"),
     },
+    # NUMA fixture hosts (tests/fixtures/make_numa_hosts.py). Healthy hardware on each:
+    # 64 CPUs, 4 GPUs and no OMP_NUM_THREADS in the environment: the info-level omp-num-threads-unset.
+    "numa-1socket-4ccx": {("omp-num-threads-unset", HOST)},
+    "numa-dgx-8gpu": set(),
+    # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
+    "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
+    # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
+    # has no allowed CPU near it. The other findings are about the host GPUs 0000:17:00.0 and 0000:ca:00.0
+    # that sysfs shows but the container was not given: false alarms of rules that do not yet know which
+    # GPUs a container has (its /proc/driver/nvidia/gpus and dev/nvidia<N> list only its own).
+    "numa-container-limited": {
+        ("allowed-cpus-exclude-gpu", "0000:b1:00.0"),
+        ("allowed-cpus-exclude-gpu", "0000:ca:00.0"),
+        ("gpu-missing-from-nvml", "0000:17:00.0"),
+        ("gpu-missing-from-nvml", "0000:ca:00.0"),
+    },
 }
 
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.
-FULLY_KNOWN = ("healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real")
+FULLY_KNOWN = (
+    "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real",
+    "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node",
+)
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.
 NVML_DOWN = {

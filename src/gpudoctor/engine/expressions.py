@@ -27,7 +27,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from simpleeval import EvalWithCompoundTypes, InvalidExpression
+from simpleeval import DEFAULT_OPERATORS, EvalWithCompoundTypes, InvalidExpression, IterableTooLong
 
 from ..facts import Unavailable
 from . import factpaths
@@ -36,6 +36,13 @@ from .helpers import FUNCTIONS
 MAX_EXPRESSION_LENGTH = 2000
 MAX_DEPTH = 24
 MAX_CONSTANT_LENGTH = 500
+# What one evaluation may build. simpleeval caps the length of a string or list made by one
+# `*` or `+` (100000) but not what nesting multiplies: [[1]*99999]*99999 is cheap to build
+# and 10**10 items to compare, print or sort. So every value an operator, a list or tuple
+# display or a helper call produces is measured with its nested items and string lengths
+# (see value_cells), and integers stay small enough that printing one is cheap.
+MAX_VALUE_CELLS = 100_000
+MAX_INT_BITS = 256
 
 ALLOWED_NODES: tuple[type, ...] = (
     ast.Expression,
@@ -83,6 +90,86 @@ FORMAT_SPEC = re.compile(r"^[<>^]?\d{0,2}(\.\d{1,2})?[dfsx%]?$")
 
 class ExpressionError(ValueError):
     """An expression refused at load: bad syntax, unknown fact, forbidden construct."""
+
+
+class LimitExceeded(IterableTooLong):  # type: ignore[misc]
+    """An evaluation that would build something too large; the runner reports the rule as broken."""
+
+
+_FLAT_KINDS = frozenset({bool, float, type(None)})
+_PLAIN = frozenset({bool, int, float, str, bytes, type(None)})
+_SEQUENCES = (str, bytes, list, tuple)
+# Only values this large are remembered by an evaluation (see _Evaluator.cells).
+_REMEMBER_FROM = 64
+
+
+def _too_big(limit: int) -> LimitExceeded:
+    return LimitExceeded(f"the expression builds a value larger than {limit} items")
+
+
+def _check_int(value: int) -> None:
+    if value.bit_length() > MAX_INT_BITS:
+        raise LimitExceeded(f"the expression builds an integer larger than {MAX_INT_BITS} bits")
+
+
+def value_cells(value: Any, limit: int = MAX_VALUE_CELLS, known: Mapping[int, tuple[Any, int]] | None = None) -> int:
+    """Size of a value with every nested item counted (a shared item once per place it appears)
+    and a string as its length; raises LimitExceeded past ``limit`` without measuring further.
+    ``known`` maps id() to (value, size) of values already measured."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if known is not None:
+            hit = known.get(id(item))
+            if hit is not None and hit[0] is item:
+                total += hit[1]
+                if total > limit:
+                    raise _too_big(limit)
+                continue
+        if isinstance(item, (str, bytes)):
+            total += 1 + len(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            _check_int(item)
+            total += 1 + (item.bit_length() >> 6)  # printing a big number costs more
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 1 + len(item)
+            if total > limit:
+                raise _too_big(limit)
+            kinds = set(map(type, item))  # at C speed: most values are flat lists of numbers
+            if kinds <= _FLAT_KINDS:
+                continue
+            if kinds <= {int, bool}:
+                bits = list(map(int.bit_length, item))
+                if max(bits) > MAX_INT_BITS:
+                    raise LimitExceeded(f"the expression builds an integer larger than {MAX_INT_BITS} bits")
+                total += sum(bits) >> 6
+                continue
+            if kinds == {str}:
+                total += sum(map(len, item))
+            else:
+                total -= len(item)  # each item is counted when it is taken from the stack
+                stack.extend(item)
+        elif isinstance(item, Mapping) and not isinstance(item, FactView):
+            total += 1
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        else:  # a fact view, a version, a float: small
+            total += 1
+        if total > limit:
+            raise _too_big(limit)
+    return total
+
+
+def _safe_mod(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, bytes)):
+        # "%0999999999d" % 1 builds a gigabyte; messages use {placeholders} instead
+        raise InvalidExpression("%-formatting of strings is not allowed in rule expressions")
+    return a % b
+
+
+OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
+OPERATORS[ast.Mod] = _safe_mod
 
 
 class FactUnavailable(Exception):
@@ -137,7 +224,62 @@ def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
 
 
 class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
-    """simpleeval with attribute access limited to FactView objects."""
+    """simpleeval with attribute access limited to FactView objects, and every value it builds
+    (by an operator, a list or tuple display, a helper call) bounded by MAX_VALUE_CELLS."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # id -> (value, size) of the large values built so far, so nothing is measured twice
+        self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def cells(self, value: Any) -> int:
+        size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
+        if size >= _REMEMBER_FROM:
+            self._sizes[id(value)] = (value, size)
+        return size
+
+    def _check_disallowed_items(self, item: Any) -> None:
+        # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
+        # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
+        self.cells(item)
+        if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= _PLAIN:
+            return  # nothing in a flat list of plain values can be a module or a function
+        super()._check_disallowed_items(item)
+
+    def _eval(self, node: ast.AST) -> Any:
+        value = super()._eval(node)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Call)):
+            self.cells(value)
+        elif isinstance(node, ast.UnaryOp) and isinstance(value, int):
+            _check_int(value)
+        return value
+
+    def _eval_binop(self, node: ast.BinOp) -> Any:
+        left = self._eval(node.left)
+        right = self._eval(node.right)
+        op = type(node.op)
+        operator = self.operators.get(op)
+        if operator is None:
+            raise InvalidExpression(f"operator {op.__name__} is not allowed")
+        size = None
+        if op is ast.Mult and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
+            # A repetition is sized from its parts before it is built.
+            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+            if isinstance(count, int):
+                size = 1 + (self.cells(seq) - 1) * max(count, 0)  # one container, its items n times
+        elif op is ast.Add and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+            size = self.cells(left) + self.cells(right) - 1
+        if size is not None and size > MAX_VALUE_CELLS:
+            raise _too_big(MAX_VALUE_CELLS)
+        result = operator(left, right)
+        if size is not None:
+            if size >= _REMEMBER_FROM:
+                self._sizes[id(result)] = (result, size)
+        elif isinstance(result, int) and not isinstance(result, bool):
+            _check_int(result)
+        elif isinstance(result, _SEQUENCES):
+            self.cells(result)
+        return result
 
     def _eval_call(self, node: ast.Call) -> Any:
         # available(fact): is the fact known? supported(fact): is it anything but "not supported
@@ -169,7 +311,7 @@ class Expression:
     paths: tuple[str, ...]
 
     def evaluate(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> Any:
-        evaluator = _Evaluator(names=dict(names), functions=dict(functions))
+        evaluator = _Evaluator(operators=OPERATORS, names=dict(names), functions=dict(functions))
         return evaluator.eval(self.source, previously_parsed=self.tree)
 
 
@@ -193,7 +335,10 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ExpressionError(f"invalid syntax at column {exc.offset}: {exc.msg}") from None
+        where = f" at column {exc.offset}" if exc.offset else ""
+        raise ExpressionError(f"invalid syntax{where}: {exc.msg}") from None
+    except (ValueError, MemoryError, RecursionError) as exc:  # Python < 3.12: NUL bytes are a ValueError
+        raise ExpressionError(f"invalid expression: {exc}") from None
     paths: list[str] = []
 
     def visit(node: ast.AST, depth: int) -> None:
@@ -223,6 +368,13 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
                     raise ExpressionError("*args is not allowed")
                 visit(arg, depth + 1)
             return
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Mod)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
+        ):
+            raise ExpressionError("%-formatting is not allowed; use {placeholders} in messages")
         if isinstance(node, ast.Subscript):
             index = node.slice
             if not (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..schemas import load_schema
 
-SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml")
+SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml", "kernel_log", "bench")
 
 
 def _facts() -> dict[str, Any]:
@@ -89,6 +89,10 @@ def subject_schema(kind: str) -> dict[str, Any]:
                     "description": "NUMA node: sysfs numa_node unless -1, else NVML memory affinity",
                 },
                 "pci": {"$ref": "#/$defs/pci_device"},
+                "bench": {
+                    "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/bench_gpu"}],
+                    "description": "this GPU's `gpudoctor bench` results (by bus id); not_found without a bench",
+                },
             }
         )
         return {"type": "object", "properties": props}

@@ -127,6 +127,174 @@ def sm(cc: str) -> str:
     return f"sm_{maj}{mino}"
 
 
+def local_version(text: Any) -> str:
+    """The local part of a wheel version, after "+": "2.4.1+cu121" → "cu121"; "" when it has none."""
+    if not isinstance(text, str):
+        raise TypeError(f"local_version() needs a string, got {type(text).__name__}")
+    return text.partition("+")[2].strip()
+
+
+def wheel_family(text: Any) -> str:
+    """Which accelerator family a torch/torchvision/torchaudio wheel was built for, from its
+    local version: "2.4.1+cu121" → "cuda12", "0.26.0+cu130" → "cuda13", "+rocm6.2.4" → "rocm6",
+    "+cpu" → "cpu", "+xpu" → "xpu"; "" when the version carries no tag (a PyPI default wheel or
+    a source build), where the family cannot be told.
+
+    The CUDA tag is the major and minor run together with the minor as its last digit
+    (cu92, cu118, cu130), so the major is everything but the last digit.
+    """
+    tag = local_version(text).lower()
+    digits = re.fullmatch(r"cu(\d+)", tag)
+    if digits:
+        number = digits.group(1)
+        return f"cuda{number[:-1] or number}"
+    rocm = re.fullmatch(r"rocm(\d+)(?:\.\d+)*", tag)
+    if rocm:
+        return f"rocm{rocm.group(1)}"
+    if tag in ("cpu", "xpu"):
+        return tag
+    return ""
+
+
+def _gfx_base(name: Any) -> str:
+    # "gfx90a:sramecc+:xnack-" → "gfx90a": torch and rocminfo may append target features.
+    return str(name).strip().split(":", 1)[0].lower()
+
+
+def missing_gfx(targets: Iterable[Any], arch_list: Iterable[Any]) -> list[str]:
+    """The GPU targets (gfx names) that a ROCm build's arch list has no code for, in order,
+    each once; target features after ":" are ignored on both sides."""
+    built = {_gfx_base(a) for a in arch_list}
+    out: list[str] = []
+    for target in targets:
+        base = _gfx_base(target)
+        if base not in built and base not in out:
+            out.append(base)
+    return out
+
+
+def filter_by(items: Iterable[Any], field: str, value: Any) -> list[Any]:
+    """The items whose field equals value (items whose field is unavailable are left out)."""
+    return [item for item in items if _get(item, field) == value]
+
+
+def cuda_visible_count(value: Any, gpus: list[Any]) -> int:
+    """How many NVIDIA GPUs CUDA exposes under this CUDA_VISIBLE_DEVICES value.
+
+    Counted are the GPUs NVML lists (in a container, the ones it was given; a GPU that fell off
+    the bus is not there for CUDA either). None (unset) exposes all of them. Otherwise CUDA takes
+    the comma-separated entries in order and stops at the first invalid one (an index out of
+    range, a duplicate, an unknown UUID), so "0,7,1" on a 2-GPU host exposes one GPU.
+    """
+    nvidia = [g for g in gpus if _get(g, "vendor") == "nvidia" and _get(g, "in_nvml") is True]
+    if value is None:
+        return len(nvidia)
+    uuids = [u for u in (_get(g, "uuid") for g in nvidia) if isinstance(u, str)]
+    seen: set[str] = set()
+    count = 0
+    for entry in (e.strip() for e in str(value).split(",")):
+        if not entry:
+            break
+        if entry.isdigit():
+            if int(entry) >= len(nvidia):
+                break
+            key = f"index:{int(entry)}"
+        elif entry.startswith("GPU-"):
+            matches = [u for u in uuids if u.startswith(entry)] if uuids else [entry]
+            if len(matches) != 1:
+                break
+            key = matches[0]
+        elif entry.startswith("MIG-"):
+            key = entry
+        else:
+            break
+        if key in seen:
+            break
+        seen.add(key)
+        count += 1
+    return count
+
+
+def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
+    """What is wrong with a HIP_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES) value for the AMD GPUs
+    here ("" when nothing).
+
+    HIP takes comma-separated indices (0-based, in the runtime's enumeration of AMD GPUs) or
+    GPU UUIDs ("GPU-" followed by the hex id rocm-smi prints); an index past the last GPU, a
+    negative or empty entry, or a duplicate hides that GPU and, like CUDA, the runtime ignores
+    the rest of the list. UUIDs cannot be checked here (NVML does not see AMD GPUs), only
+    their form.
+    """
+    text = value.strip()
+    if text == "":
+        return "it is empty, which hides every GPU from HIP"
+    count = sum(1 for g in gpus if _get(g, "vendor") == "amd")
+    seen: set[str] = set()
+    for position, entry in enumerate(e.strip() for e in text.split(",")):
+        if entry == "":
+            return f"entry {position + 1} is empty"
+        if entry in seen:
+            return f"{entry} is listed twice"
+        seen.add(entry)
+        if entry.lstrip("-").isdigit():
+            idx = int(entry)
+            if idx < 0:
+                return f"{entry} is negative"
+            if idx >= count:
+                return f"index {idx} does not exist: this host has {count} AMD GPU(s) (0-{max(count - 1, 0)})"
+        elif not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
+            return f"{entry!r} is neither an index nor a GPU- UUID"
+    return ""
+
+
+def env_set(env: Any, names: Iterable[str]) -> list[str]:
+    """ "NAME=value" for each of names that is set in env (host.env), in the order given."""
+    out = []
+    for name in names:
+        value = _get(env, str(name))
+        if value is not None:
+            out.append(f"{name}={value}")
+    return out
+
+
+def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
+    """How many of the GPUs sit on each NUMA node that has CPUs, in node order.
+
+    Memory-only nodes (CXL memory, HBM exposed as a node, a Grace GPU's memory) are left out:
+    no process runs there, so they cannot be out of balance.
+    """
+    node_ids = []
+    for node in nodes:
+        cpus = _get(node, "cpus")
+        node_id = _get(node, "id")
+        if isinstance(cpus, list) and cpus and isinstance(node_id, int):
+            node_ids.append(node_id)
+    placed = [_get(g, "numa_node") for g in gpus]
+    return [sum(1 for n in placed if n == node_id) for node_id in node_ids]
+
+
+def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: Any) -> str:
+    """Why this OS and kernel are outside a support table row ("" when they are inside).
+
+    ``row`` is a table row with ``os``: a map of "<os-release ID> <VERSION_ID>" (as
+    /etc/os-release spells them: "ubuntu 22.04", "rhel 9.4", "sles 15.5") to the kernel
+    series ("6.8") listed for it; an empty list means the distribution's own kernel, which
+    its version fixes.
+    """
+    if not isinstance(row, Mapping) or not isinstance(row.get("os"), Mapping):
+        raise ValueError("os_support_problem() needs a table row with an 'os' map")
+    listed = row["os"]
+    key = f"{str(os_id).strip().lower()} {str(os_version).strip()}"
+    if key not in listed:
+        return f"{key} is not a listed operating system (listed: {', '.join(listed)})"
+    kernels = listed[key] or []
+    if kernels:
+        series = minor_version(kernel_release)
+        if series not in [str(k) for k in kernels]:
+            return f"kernel {kernel_release} is not a listed kernel for {key} ({', '.join(str(k) for k in kernels)})"
+    return ""
+
+
 def visible_devices_problem(value: str, gpus: list[Any]) -> str:
     """What is wrong with a CUDA_VISIBLE_DEVICES value for these GPUs ("" when nothing).
 
@@ -189,6 +357,32 @@ def values_of(items: Iterable[Any], field: str) -> list[Any]:
     return out
 
 
+def _round(number: Any, ndigits: Any = None) -> Any:
+    """round(), with ndigits kept small: round(5, -10**12) would compute 10**(10**12)."""
+    if ndigits is None:
+        return round(number)
+    if not isinstance(ndigits, int) or abs(ndigits) > 30:
+        raise ValueError("round() takes at most 30 digits")
+    return round(number, ndigits)
+
+
+def _sum(items: Iterable[Any], start: Any = 0) -> Any:
+    """sum() of numbers only: summing lists copies them again at every step."""
+    values = list(items)
+    for value in [start, *values]:
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"sum() adds numbers, not {type(value).__name__}")
+    return sum(values, start)
+
+
+def _int(value: Any, *base: Any) -> int:
+    """int(), refusing long digit strings (converting them is quadratic on Pythons without
+    the int_max_str_digits limit)."""
+    if isinstance(value, str) and len(value.strip()) > 100:
+        raise ValueError("int() of a string longer than 100 characters")
+    return int(value, *base)
+
+
 STATIC: dict[str, Callable[..., Any]] = {
     "version": version,
     "major": major,
@@ -211,16 +405,25 @@ STATIC: dict[str, Callable[..., Any]] = {
     "all": all,
     "min": min,
     "max": max,
-    "sum": sum,
+    "sum": _sum,
     "abs": abs,
-    "int": int,
+    "int": _int,
     "str": str,
     "sorted": sorted,
-    "round": round,
+    "local_version": local_version,
+    "wheel_family": wheel_family,
+    "missing_gfx": missing_gfx,
+    "filter_by": filter_by,
+    "cuda_visible_count": cuda_visible_count,
+    "amd_visible_devices_problem": amd_visible_devices_problem,
+    "gpus_per_node": gpus_per_node,
+    "env_set": env_set,
+    "os_support_problem": os_support_problem,
+    "round": _round,
 }
 
 # Bound per run (see bind) or evaluated specially (available: is the fact known?).
-BOUND = ("lookup", "flag_names", "available", "supported")
+BOUND = ("lookup", "flag_names", "available", "supported", "gpu_arch", "xids_of", "lookup_path")
 
 FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 
@@ -262,7 +465,73 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
             names.append(hex(remaining))
         return names
 
+    def lookup_path(table: str, key: Any, *fields: Any) -> Any:
+        """A value nested inside a table row: lookup_path("torch_releases", "2.7", "variants",
+        "rocm6.3", "gfx") is rows["2.7"]["variants"]["rocm6.3"]["gfx"]. None when the row or any
+        step is missing (or null), so a rule can test for it; an unknown table is an error."""
+        if table not in tables:
+            raise ValueError(f"no data table {table!r}")
+        node: Any = tables[table]["rows"].get(str(key))
+        for name in fields:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(str(name))
+        return node
+
+    def gpu_arch(gpu: Any) -> str:
+        """A GPU's architecture (kepler .. blackwell): NVML's answer, else looked up from its PCI
+        device id in the nvidia_pci_ids table of device-id ranges.
+
+        The fallback matters exactly when NVML is silent about a GPU: a driver that does not
+        support the card (too old for it, or a branch that dropped it, or the proprietary
+        module on a GPU that needs the open one) does not initialise it, so NVML never lists
+        it. Unknown either way makes the rule unknown (FactUnavailable), not pass.
+        """
+        from ..facts import Unavailable
+        from .expressions import FactUnavailable
+
+        arch = _get(gpu, "architecture")
+        if isinstance(arch, str) and arch:
+            return arch
+        pci = _get(gpu, "pci")
+        device = _get(pci, "device_id") if pci is not None else None
+        if isinstance(device, str):
+            try:
+                number = int(device, 16)
+            except ValueError:
+                number = -1
+            for key, row in tables.get("nvidia_pci_ids", {}).get("rows", {}).items():
+                low, _, high = key.partition("-")
+                if int(low, 16) <= number <= int(high, 16):
+                    return str(row["architecture"])
+            missing = Unavailable("not_found", f"PCI device id {device} is in no range of the nvidia_pci_ids table")
+        else:
+            missing = Unavailable("not_found", "neither NVML nor the PCI device id tells this GPU's architecture")
+        raise FactUnavailable("gpu.architecture", missing)
+
+    def xids_of(entries: Iterable[Any], severity: str) -> list[str]:
+        """Kernel-log Xid entries of one severity in the xid_errors table, as
+        "Xid 79 (GPU has fallen off the bus) 2x: <last message>". An Xid the table does not
+        list counts as a warning: worth a look, not proof that the GPU is broken."""
+        rows = tables.get("xid_errors", {}).get("rows", {})
+        out = []
+        for entry in entries:
+            code = _get(entry, "code")
+            row = rows.get(str(code))
+            level = row.get("severity", "warning") if isinstance(row, Mapping) else "warning"
+            if level != severity:
+                continue
+            name = row.get("name") if isinstance(row, Mapping) else "not in gpudoctor's Xid table"
+            count = _get(entry, "count")
+            message = _get(entry, "message")
+            text = f"Xid {code} ({name}) {count}x"
+            out.append(f"{text}: {message}" if message else text)
+        return out
+
     out: dict[str, Callable[..., Any]] = dict(STATIC)
     out["lookup"] = lookup
     out["flag_names"] = flag_names
+    out["gpu_arch"] = gpu_arch
+    out["xids_of"] = xids_of
+    out["lookup_path"] = lookup_path
     return out

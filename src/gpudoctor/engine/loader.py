@@ -39,6 +39,13 @@ class _LineDict(dict):  # type: ignore[type-arg]
     line: int = 0
 
 
+class _LineList(list):  # type: ignore[type-arg]
+    # Where the list and each of its items start, so that a problem with any item (even a
+    # scalar or a nested list, which cannot carry a line themselves) is reported at its line.
+    line: int = 0
+    item_lines: tuple[int, ...] = ()
+
+
 def _loader_class() -> type:
     import yaml
 
@@ -58,7 +65,14 @@ def _loader_class() -> type:
             mapping.line = node.start_mark.line + 1
             return mapping
 
+        def construct_sequence(self, node: Any, deep: bool = False) -> _LineList:
+            sequence = _LineList(super().construct_sequence(node, deep=True))
+            sequence.line = node.start_mark.line + 1
+            sequence.item_lines = tuple(item.start_mark.line + 1 for item in node.value)
+            return sequence
+
     LineLoader.add_constructor("tag:yaml.org,2002:map", LineLoader.construct_mapping)
+    LineLoader.add_constructor("tag:yaml.org,2002:seq", LineLoader.construct_sequence)
     return LineLoader
 
 
@@ -224,7 +238,11 @@ def _item_line(data: Any, problem: str) -> int | None:
     if m and isinstance(data, list):
         idx = int(m.group(1))
         if 0 <= idx < len(data):
-            return getattr(data[idx], "line", None)
+            line = getattr(data[idx], "line", None)
+            item_lines = getattr(data, "item_lines", ())
+            if line is None and idx < len(item_lines):
+                line = item_lines[idx]
+            return line
     return None
 
 

@@ -47,8 +47,8 @@ def source_of(path: str) -> str:
 
             _GPU_NVML_FIELDS = frozenset(_def("nvml_gpu")["properties"]) | {"in_nvml"}
         field = rest.split(".", 1)[0]
-        if field == "pci":
-            return "pci"
+        if field in ("pci", "bench"):
+            return field
         return "nvml" if field in _GPU_NVML_FIELDS else "topology"
     if head in ("node", "nic"):
         return "numa" if head == "node" else "pci"

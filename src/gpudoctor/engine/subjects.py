@@ -67,26 +67,34 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     nvml_fields = list(factpaths.subject_schema("gpu")["properties"])
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for rec in nvml_gpus:
-        if not isinstance(rec, Mapping):
-            continue
-        bus = rec.get("bus_id")
-        bus_norm = normalise_bus_id(bus) if isinstance(bus, str) else ""
+    records = [rec for rec in nvml_gpus if isinstance(rec, Mapping)]
+    bus_of = _nvml_bus_ids(records, by_bus)
+    for rec in records:
+        bus_norm = bus_of[id(rec)]
         pci = by_bus.get(bus_norm)
         seen.add(bus_norm)
         subject = dict(rec)
-        subject["bus_id"] = bus_norm or Unavailable("error", "NVML gave no PCI bus id")
+        bus = rec.get("bus_id")
+        unknown_bus = bus if isinstance(bus, Unavailable) else Unavailable("error", "NVML gave no PCI bus id")
+        subject["bus_id"] = bus_norm or unknown_bus
         vendor = pci.get("vendor") if pci else "nvidia"
         subject["vendor"] = vendor if isinstance(vendor, str) else "nvidia"
         subject["in_nvml"] = True
         subject["on_pci"] = pci is not None
         subject["pci"] = dict(pci) if pci else Unavailable("not_found", f"sysfs lists no PCI device {bus_norm}")
-        subject["label"] = f"GPU {rec.get('index')} ({bus_norm})"
+        subject["label"] = f"GPU {rec.get('index')} ({bus_norm or 'bus id unknown'})"
         out.append(subject)
+    unplaced = [str(rec.get("index")) for rec in records if not bus_of[id(rec)]]
 
-    if nvml_ok:
+    if nvml_ok and unplaced:
+        # NVML may well list this GPU under an index whose bus id it could not give: unknown, not absent.
+        missing = Unavailable(
+            "error", f"NVML could not give the PCI bus id of GPU {', '.join(unplaced)}; it may be this one"
+        )
+        in_nvml: Any = missing
+    elif nvml_ok:
         missing = Unavailable("not_found", "NVML does not list this GPU")
-        in_nvml: Any = False
+        in_nvml = False
     else:
         reason = NVML_REASON.get(str(status), "error")
         error = str(nvml.get("error", "")).strip()
@@ -119,9 +127,26 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         )
         out.append(subject)
 
+    bench = _bench_by_bus(facts)
     for subject in out:
         subject["local_cpus"] = _local_cpus(subject)
         subject["numa_node"] = _numa_node(subject)
+        bus = subject.get("bus_id")
+        subject["bench"] = bench.get(bus, _NO_BENCH) if isinstance(bus, str) else _NO_BENCH
+    return out
+
+
+_NO_BENCH = Unavailable("not_found", "no bench results for this GPU (gpudoctor bench --facts FILE -o FILE adds them)")
+
+
+def _bench_by_bus(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The bench section's per-GPU results by normalised bus id (empty without a bench)."""
+    bench = facts.get("bench")
+    out: dict[str, Any] = {}
+    for entry in _list(bench.get("gpus")) if isinstance(bench, Mapping) else []:
+        bus = entry.get("bus_id") if isinstance(entry, Mapping) else None
+        if isinstance(bus, str):
+            out[normalise_bus_id(bus)] = entry
     return out
 
 
@@ -148,6 +173,25 @@ def _numa_node(subject: Mapping[str, Any]) -> Any:
     if isinstance(sysfs_node, Unavailable):
         return sysfs_node
     return Unavailable("not_found", "no NUMA node known for this GPU")
+
+
+def _nvml_bus_ids(records: list[Mapping[str, Any]], by_bus: Mapping[str, Mapping[str, Any]]) -> dict[int, str]:
+    """Normalised bus id of each NVML record ("" when unknown), by id() of the record.
+
+    A record whose bus id NVML could not give (the PCI info call failed, or the GPU was lost
+    before it) is placed only when that is certain: it is the one such record and exactly one
+    GPU bound to the nvidia driver on the PCI bus is named by no other record.
+    """
+    out: dict[int, str] = {}
+    for rec in records:
+        bus = rec.get("bus_id")
+        out[id(rec)] = normalise_bus_id(bus) if isinstance(bus, str) else ""
+    unknown = [rec for rec in records if not out[id(rec)]]
+    named = set(out.values())
+    free = [bus for bus, dev in by_bus.items() if bus not in named and dev.get("driver") == "nvidia"]
+    if len(unknown) == 1 and len(free) == 1:
+        out[id(unknown[0])] = free[0]
+    return out
 
 
 def gpu_subject_ref(subject: Mapping[str, Any]) -> Subject:

@@ -14,14 +14,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..context import ProbeContext
-from ..facts import Unavailable, make_snapshot
+from ..facts import Unavailable, make_snapshot, walk
 
 Collector = Callable[[ProbeContext], Any]
 
 
 def _collectors() -> dict[str, Collector]:
     # Imported here so that `gpudoctor rules list` never pays for probe imports.
-    from . import host, modules, numa, pci, rocm, toolkit, torch
+    from . import host, kmsg, modules, numa, pci, rocm, toolkit, torch
 
     # sysfs first: it cannot hang; torch last since it may start an interpreter.
     return {
@@ -31,11 +31,17 @@ def _collectors() -> dict[str, Collector]:
         "modules": modules.collect,
         "rocm": rocm.collect,
         "toolkit": toolkit.collect,
+        "kernel_log": kmsg.collect,
         "torch": torch.collect,
     }
 
 
-ORDER = ("host", "pci", "numa", "modules", "rocm", "toolkit", "nvml", "torch")
+ORDER = ("host", "pci", "numa", "modules", "rocm", "toolkit", "kernel_log", "nvml", "torch")
+
+# Probes that only read sysfs and procfs files: they wait on no other process, so they still run
+# (milliseconds) once the run's deadline has passed, rather than leave PCIe, NUMA and the
+# driver unknown because a hung interpreter or tool took the time.
+FILE_ONLY = frozenset({"pci", "numa", "modules", "rocm"})
 
 
 class Collection:
@@ -50,6 +56,7 @@ class Collection:
         self.started = time.monotonic()
         self.meta_probes: dict[str, Any] = {}
         self.sections: dict[str, Any] = {}
+        self.timeouts: list[str] = []  # details of what did not answer in time, in order
         t0 = time.monotonic()
         try:
             self._nvml: Any = nvml.start(ctx)
@@ -59,15 +66,23 @@ class Collection:
             self.meta_probes["nvml"] = {"status": "crashed", "duration_s": 0.0, "error": str(exc)}
         self._nvml_started = t0
 
-    def _run(self, name: str, collect: Collector) -> None:
+    def _run(self, name: str, collect: Collector, bounded: bool = False) -> None:
+        """Run one probe; after the run's deadline only when it is `bounded` (cannot wait long)."""
         t0 = time.monotonic()
-        if self.ctx.remaining() <= 0:
-            self.sections[name] = Unavailable("timeout", "the run's deadline passed before this probe started")
+        if self.ctx.remaining() <= 0 and not bounded:
+            late = "the run's deadline passed before this probe started"
+            if self.timeouts:  # say where the time went: that is what to fix
+                late += f"; the time went to: {self.timeouts[0]}"
+            self.sections[name] = Unavailable("timeout", late)
             self.meta_probes[name] = {"status": "timeout", "duration_s": 0.0}
             return
         try:
             self.sections[name] = collect(self.ctx)
             self.meta_probes[name] = {"status": "ok", "duration_s": round(time.monotonic() - t0, 4)}
+            self.timeouts.extend(
+                leaf.detail for _, leaf in walk(self.sections[name])
+                if isinstance(leaf, Unavailable) and leaf.reason == "timeout"
+            )
         except Exception as exc:  # a probe bug must not take the run down
             tb = f"{type(exc).__name__}: {exc}"
             self.sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
@@ -77,7 +92,7 @@ class Collection:
         for name, collect in _collectors().items():
             if name == "torch" and self._nvml is not None:
                 self._finish_nvml()
-            self._run(name, collect)
+            self._run(name, collect, bounded=name in FILE_ONLY)
         if self._nvml is not None:
             self._finish_nvml()
         if not isinstance(self.sections.get("nvml"), dict):
@@ -102,7 +117,9 @@ class Collection:
 
     def _finish_nvml(self) -> None:
         pending, self._nvml = self._nvml, None
-        self._run("nvml", lambda _ctx: pending.result())
+        # Its deadline was fixed when it was forked, within the run's: collected even when the run's
+        # deadline has passed, so an answer already in the pipe is kept and the child is reaped.
+        self._run("nvml", lambda _ctx: pending.result(), bounded=True)
         # NVML ran in the background since the start: report its wall time, not the wait
         self.meta_probes["nvml"]["duration_s"] = round(time.monotonic() - self._nvml_started, 4)
 

@@ -306,7 +306,8 @@ def run_bounded(
             so_far = expired.output if isinstance(expired.output, bytes) else b""
             errs = expired.stderr if isinstance(expired.stderr, bytes) else b""
             return CommandResult(-9, so_far.decode("utf-8", "replace"), errs.decode("utf-8", "replace"), True)
-        return Unavailable("timeout", f"{name} did not finish within {timeout:.1f} s and was killed")
+        # the full path: "python did not finish" would not say which of a host's interpreters hung
+        return Unavailable("timeout", f"{argv[0]} did not finish within {timeout:.1f} s and was killed")
     return CommandResult(
         proc.returncode,
         out.decode("utf-8", "replace") if out else "",

@@ -6,6 +6,7 @@ Reads (all through the context root):
 - ``/etc/os-release`` (fallback ``/usr/lib/os-release``), parsed here
 - ``/sys/devices/system/cpu/online``, ``/proc/meminfo`` (MemTotal)
 - ``/proc/self/status`` (Cpus_allowed_list, Mems_allowed_list), ``/proc/self/limits`` (Max locked memory)
+- ``/proc/uptime`` (seconds since boot: the time base for counters that start at boot)
 - ``/proc/self/cgroup`` and ``/sys/fs/cgroup/.../cpuset.cpus.effective`` (v2) or
   ``/sys/fs/cgroup/cpuset/.../cpuset.effective_cpus|cpuset.cpus`` (v1)
 - ``/.dockerenv``, ``/run/.containerenv``, ``/proc/1/cgroup``, ``/proc/self/mountinfo`` (container signs)
@@ -30,7 +31,7 @@ from typing import Any, Mapping
 
 from ..context import ProbeContext
 from ..facts import Unavailable
-from .files import exists, parse_cpulist, read_cpulist, read_lines, read_text, resolve_path, run_bounded
+from .files import exists, parse_cpulist, read_cpulist, read_lines, read_parsed, read_text, resolve_path, run_bounded
 
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "HSA_", "PYTORCH_", "TORCH_", "NVIDIA_",
@@ -76,6 +77,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         "shm_bytes": _shm_bytes(ctx),
         "memlock_soft_bytes": memlock_soft,
         "memlock_hard_bytes": memlock_hard,
+        "uptime_s": read_parsed(ctx, "/proc/uptime", lambda text: float(text.split()[0])),
         "env": gpu_env(ctx.env),
     }
 

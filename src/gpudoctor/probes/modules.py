@@ -13,6 +13,8 @@ Reads (all through the context root, no subprocess):
 - ``/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c`` (4 attribute
   bytes, then one data byte: 1 is on), else the legacy ``/sys/firmware/efi/vars/.../data``
 - ``/proc/cmdline`` and ``/sys/kernel/iommu_groups/*/type`` (IOMMU mode)
+- ``/dev`` (``nvidia<N>``, ``nvidiactl``, ``nvidia-uvm``: the device files CUDA and NVML open;
+  read-write access is checked with ``os.access`` on the live machine only)
 """
 
 from __future__ import annotations
@@ -276,6 +278,44 @@ def _iommu_mode(ctx: ProbeContext, cmdline: str | Unavailable) -> str | Unavaila
     return groups
 
 
+_GPU_NODE = re.compile(r"^nvidia\d+$")
+
+
+def _device_nodes(ctx: ProbeContext) -> dict[str, Any]:
+    names = list_dir(ctx, "/dev")
+    if isinstance(names, Unavailable):
+        if names.reason == "not_found":
+            # Only a captured tree can lack /dev; it says nothing about the machine's devices.
+            names = Unavailable("not_supported", "no /dev in this root: the capture has no device files")
+        keys = (
+            "nvidia_device_nodes",
+            "nvidia_device_nodes_accessible",
+            "nvidiactl_present",
+            "nvidiactl_accessible",
+            "nvidia_uvm_present",
+        )
+        return {key: names for key in keys}
+    gpu_nodes = [n for n in names if _GPU_NODE.match(n)]
+    out: dict[str, Any] = {
+        "nvidia_device_nodes": len(gpu_nodes),
+        "nvidiactl_present": "nvidiactl" in names,
+        "nvidia_uvm_present": "nvidia-uvm" in names,
+    }
+    if not ctx.live:
+        live_only = Unavailable("not_supported", "access is checked on the live machine only")
+        out["nvidia_device_nodes_accessible"] = live_only
+        out["nvidiactl_accessible"] = live_only
+        return out
+    rw = os.R_OK | os.W_OK
+    out["nvidia_device_nodes_accessible"] = sum(1 for n in gpu_nodes if os.access(ctx.path(f"/dev/{n}"), rw))
+    out["nvidiactl_accessible"] = (
+        os.access(ctx.path("/dev/nvidiactl"), rw)
+        if out["nvidiactl_present"]
+        else Unavailable("not_found", "no /dev/nvidiactl")
+    )
+    return out
+
+
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     modules_text = read_text(ctx, "/proc/modules")
     loaded: list[str] | Unavailable
@@ -318,4 +358,5 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     out["secure_boot"] = _secure_boot(ctx)
     out["cmdline"] = cmdline
     out["iommu_mode"] = _iommu_mode(ctx, cmdline)
+    out.update(_device_nodes(ctx))
     return out

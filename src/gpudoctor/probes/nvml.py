@@ -49,9 +49,10 @@ NVML's latency with other probes; :func:`collect` is ``start(ctx).result()``.
 Errors: one query wrapper (:class:`_Query`) maps every NVML error to an
 Unavailable reason (NotSupported -> not_supported, NoPermission ->
 no_permission, FunctionNotFound -> not_supported "driver too old for <fn>",
-GpuIsLost / Unknown -> error and the GPU is marked lost, its remaining
-queries skipped; others -> error with NVML's message). nvmlInit failures set
-``status`` and make every other fact unavailable with an actionable detail.
+GpuIsLost / Unknown / ResetRequired -> error and the GPU is marked lost, its
+remaining queries skipped; DriverNotLoaded -> driver_not_loaded; Timeout ->
+timeout; others -> error with NVML's message and code name). nvmlInit failures
+set ``status`` and make every other fact unavailable with an actionable detail.
 
 Recorded answers (``ctx.nvml_replay``, ``<root>/nvml.json`` under a fixture
 root) replace the library with :class:`~gpudoctor.probes.nvml_replay.ReplayNVML`
@@ -75,18 +76,38 @@ from ..facts import Unavailable, from_jsonable, to_jsonable
 from .files import read_cpulist
 from .nvml_replay import ReplayUnavailable, call_key
 
-# NVML return codes (nvml.h; stable C ABI), so the parent needs no pynvml.
+# NVML return codes (nvml.h; stable C ABI), so the parent needs no pynvml. All of them, so that
+# a fact's detail names the code a person can look up rather than a number.
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
+NVML_ERROR_FREQ_NOT_SUPPORTED = 24
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+NVML_ERROR_DEPRECATED = 26
+NVML_ERROR_NOT_READY = 27
+NVML_ERROR_GPU_NOT_FOUND = 28
+NVML_ERROR_INVALID_STATE = 29
+NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30
 NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
@@ -166,6 +187,8 @@ _INIT_FAILURES: dict[int, tuple[str, str, str]] = {
         "the NVML library and the loaded kernel module are from different driver versions "
         "(usually a driver upgrade without a reboot): reboot, or unload and reload the nvidia modules",
     ),
+    # The driver gave up waiting on the GPU: the same as NVML not answering within our deadline.
+    NVML_ERROR_TIMEOUT: ("timeout", "timeout", _HANG_HINT),
 }
 
 
@@ -207,7 +230,8 @@ def unavailable_for(name: str, code: int | None, message: str) -> tuple[Unavaila
         return Unavailable("no_permission", f"{name}: insufficient permissions (try as root)"), False
     if code == NVML_ERROR_FUNCTION_NOT_FOUND:
         return Unavailable("not_supported", f"driver too old for {name}"), False
-    if code in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN):
+    if code in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, NVML_ERROR_RESET_REQUIRED):
+        # A GPU that needs a reset is as unusable as a lost one: stop asking it, say so.
         return Unavailable("error", f"{_failure_text(name, code, message)}; {_LOST_HINT}"), True
     if code == NVML_ERROR_DRIVER_NOT_LOADED:
         return Unavailable("driver_not_loaded", _failure_text(name, code, message)), False
@@ -913,6 +937,23 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
+def _detach_stdio() -> None:
+    """In the forked child: stdin, stdout and stderr to /dev/null. A child stuck in the kernel
+    outlives gpudoctor; holding the caller's pipes open, it would make a job script that reads
+    $(gpudoctor check) or pipes it into tee wait for it. It reports on its own pipe only."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    if null > 2:
+        os.close(null)
+
+
 def _start_forked(plan: dict[str, Any]) -> tuple[Any, int]:
     r, w = os.pipe()
     _grow_pipe(w)
@@ -926,6 +967,7 @@ def _start_forked(plan: dict[str, Any]) -> tuple[Any, int]:
         code = 70
         try:
             os.close(r)
+            _detach_stdio()
             _child_main(plan, w)
             code = 0
         finally:

@@ -98,6 +98,21 @@ def header(facts: Mapping[str, Any]) -> str:
     return " · ".join(bits)
 
 
+def not_answered(facts: Mapping[str, Any]) -> list[str]:
+    """What did not answer in time (a hung tool, NVML, an interpreter), each said once. Facts that
+    are only a consequence (not read after a hang, probes skipped at the deadline) are left out:
+    they name the cause themselves."""
+    from ..facts import walk
+
+    out: list[str] = []
+    for _, leaf in walk(facts):
+        if isinstance(leaf, Unavailable) and leaf.reason == "timeout":
+            detail = leaf.detail.strip()
+            if detail and detail not in out and not detail.startswith(("not read:", "the run's deadline passed")):
+                out.append(detail)
+    return out
+
+
 def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbose: bool = False) -> str:
     lines: list[str] = []
     from .. import __version__
@@ -105,6 +120,10 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
     lines.append(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts))
     if report.facts_origin != "live":
         lines.append(f"facts: {report.facts_origin}")
+    late = not_answered(facts)
+    if late:
+        shown = "; ".join(late[:3]) + (f"; and {len(late) - 3} more" if len(late) > 3 else "")
+        lines.append(style(f"did not answer in time: {shown}", fg="yellow"))
     by_area: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_area.setdefault(f.area, []).append(f)

@@ -1,0 +1,174 @@
+"""The GPU spec table (rules/data/gpu_specs.yaml) and which of its rows this machine's GPUs are.
+
+A GPU is matched by its PCI vendor:device id first (sysfs, else NVML's combined id), then by the
+NVML name, then, where one id covers several variants, by memory size. Facts only: a snapshot or
+a fixture root gives the match for that machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+# Dense rate fields, in the order a table shows them.
+RATE_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops")
+SPARSE_SUFFIX = "_sparse"
+
+GIB = 1 << 30
+
+
+class SpecTableError(Exception):
+    """The spec table cannot be read or does not have the expected shape."""
+
+
+def table_path(name: str) -> Path:
+    from ..engine.loader import builtin_rules_dir
+
+    return builtin_rules_dir() / "data" / f"{name}.yaml"
+
+
+def specs_path() -> Path:
+    return table_path("gpu_specs")
+
+
+@lru_cache(maxsize=8)
+def _load(path: str) -> dict[str, Any]:
+    from ..engine.loader import RuleLoadError, read_yaml
+    from ..schemas import validate
+
+    try:
+        data = read_yaml(Path(path))
+    except RuleLoadError as exc:
+        raise SpecTableError(str(exc)) from None
+    if isinstance(data, dict) and not isinstance(data.get("retrieved"), str) and data.get("retrieved") is not None:
+        data["retrieved"] = str(data["retrieved"])
+    problem = validate("table", data)
+    if problem:
+        raise SpecTableError(f"{path}: {problem}")
+    rows = {str(k): dict(v) for k, v in data["rows"].items()}
+    for key, row in rows.items():
+        row["id"] = key
+    return {**data, "rows": rows}
+
+
+def load_specs(path: str | Path | None = None) -> dict[str, Any]:
+    """The table: {name, source, retrieved, notes, rows: {id: row (with "id")}}."""
+    return _load(str(path or specs_path()))
+
+
+def row_for(spec_id: str, table: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    rows = (table or load_specs())["rows"]
+    row = rows.get(spec_id)
+    return dict(row) if row is not None else None
+
+
+def tensor16(row: Mapping[str, Any]) -> float | None:
+    """The card's dense 16-bit tensor rate: BF16 where it has it, else FP16 (V100, T4)."""
+    for key in ("bf16_tflops", "fp16_tflops"):
+        value = row.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def pcie_link_gbs(gen: Any, width: Any = 16) -> float | None:
+    """Per-direction ceiling of a PCIe link in GB/s, from rules/data/pcie_gen_speeds.yaml."""
+    if not isinstance(gen, int) or not isinstance(width, int) or isinstance(gen, bool):
+        return None
+    row = _load(str(table_path("pcie_gen_speeds")))["rows"].get(str(gen))
+    per_lane = row.get("per_lane_gbps") if isinstance(row, Mapping) else None
+    if not isinstance(per_lane, (int, float)):
+        return None
+    return round(float(per_lane) * width, 1)
+
+
+@dataclass
+class MachineGpu:
+    """One GPU of the machine as seen through the facts, and the spec row it matched."""
+
+    label: str
+    index: int | None
+    bus_id: str | None
+    name: str | None
+    pci_id: str | None
+    memory_bytes: int | None
+    spec_id: str | None = None
+    matched_by: str = ""
+    candidates: list[str] = field(default_factory=list)
+
+
+def _hex4(text: Any) -> str | None:
+    if not isinstance(text, str):
+        return None
+    t = text.strip().lower()
+    if t.startswith("0x"):
+        t = t[2:]
+    return t.zfill(4)[-4:] if t and all(c in "0123456789abcdef" for c in t) else None
+
+
+def pci_id_of(subject: Mapping[str, Any]) -> str | None:
+    """ "10de:2335" from sysfs vendor/device ids, else from NVML's 0xDDDDVVVV."""
+    pci = subject.get("pci")
+    if isinstance(pci, Mapping):
+        vendor, device = _hex4(pci.get("vendor_id")), _hex4(pci.get("device_id"))
+        if vendor and device:
+            return f"{vendor}:{device}"
+    combined = subject.get("pci_device_id")
+    if isinstance(combined, str):
+        text = combined.strip().lower()
+        text = text[2:] if text.startswith("0x") else text
+        if len(text) == 8 and all(c in "0123456789abcdef" for c in text):
+            return f"{text[4:]}:{text[:4]}"
+    return None
+
+
+def match_row(
+    rows: Mapping[str, Mapping[str, Any]], pci_id: str | None, name: str | None, memory_bytes: int | None
+) -> tuple[str | None, str, list[str]]:
+    """(row id or None, how it matched, the candidates considered)."""
+    by_id = [k for k, r in rows.items() if pci_id and pci_id in (r.get("pci_ids") or [])]
+    lname = name.strip().lower() if isinstance(name, str) else None
+    by_name = [k for k, r in rows.items() if lname and lname in [n.lower() for n in r.get("nvml_names") or []]]
+    if len(by_id) == 1:
+        return by_id[0], "pci id", by_id
+    candidates = by_id or by_name
+    if len(by_id) > 1:
+        both = [k for k in by_id if k in by_name]
+        if len(both) == 1:
+            return both[0], "pci id and name", by_id
+    elif len(by_name) == 1:
+        return by_name[0], "name", by_name
+    if len(candidates) > 1 and isinstance(memory_bytes, int) and memory_bytes > 0:
+        # Variants sharing an id or a name differ in memory; pick the closest, if it is clearly closest.
+        gib = memory_bytes / GIB
+        ranked = sorted(candidates, key=lambda k: abs(float(rows[k].get("memory_gb") or 0) - gib))
+        best, second = ranked[0], ranked[1]
+        if abs(float(rows[best].get("memory_gb") or 0) - gib) < abs(float(rows[second].get("memory_gb") or 0) - gib):
+            return best, "pci id and memory size" if by_id else "name and memory size", candidates
+    return None, "", candidates
+
+
+def machine_gpus(facts: Mapping[str, Any], table: Mapping[str, Any] | None = None) -> list[MachineGpu]:
+    """This machine's GPUs (NVML and sysfs joined by bus id), each matched to a spec row where possible."""
+    from ..engine.subjects import gpu_subjects
+
+    rows = (table or load_specs())["rows"]
+    out: list[MachineGpu] = []
+    for subject in gpu_subjects(facts):
+        name = subject.get("name")
+        memory = subject.get("memory_total_bytes")
+        index = subject.get("index")
+        bus = subject.get("bus_id")
+        gpu = MachineGpu(
+            label=str(subject.get("label")),
+            index=index if isinstance(index, int) else None,
+            bus_id=bus if isinstance(bus, str) else None,
+            name=name if isinstance(name, str) else None,
+            pci_id=pci_id_of(subject),
+            memory_bytes=memory if isinstance(memory, int) else None,
+        )
+        gpu.spec_id, gpu.matched_by, gpu.candidates = match_row(rows, gpu.pci_id, gpu.name, gpu.memory_bytes)
+        out.append(gpu)
+    return out

@@ -1,0 +1,236 @@
+"""Run the bench worker in a child process of the target Python, under a deadline.
+
+The child gets its own session; at the deadline the whole process group is killed and what it
+printed so far is kept (a test that had not finished is reported as timed out). Its events are
+read as they come, so the progress bar moves while it runs. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .worker import MARKER
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class BenchRun:
+    """What the worker reported."""
+
+    status: str = "ok"  # ok, timeout, error, no_torch, no_device
+    error: str = ""
+    start: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    loads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    planned: int = 0
+    done: bool = False
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    stderr_tail: str = ""
+    mode: str = "quick"
+
+
+def worker_path() -> str:
+    return str(Path(__file__).with_name("worker.py"))
+
+
+def pynvml_file() -> str | None:
+    """gpudoctor's NVML binding (nvidia-ml-py: one pure-Python module), found without importing it.
+    The worker loads it from this file when the target Python has no pynvml, for its readings under
+    load; nothing else of gpudoctor's environment reaches the worker."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("pynvml")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return str(Path(spec.origin).resolve())
+
+
+def worker_argv(python: str, config: Mapping[str, Any]) -> list[str]:
+    config = dict(config)
+    binding = pynvml_file()
+    if binding:
+        config.setdefault("pynvml_file", binding)
+    return [python, "-u", worker_path(), json.dumps(config)]
+
+
+def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    # torch's device indices then follow PCI order, as NVML's and nvidia-smi's do
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    # A child stuck in the driver may not die at once: reap it in the background, never wait here.
+    threading.Thread(target=proc.wait, name="reap-bench-worker", daemon=True).start()
+
+
+def handle_event(run: BenchRun, event: Mapping[str, Any], progress: Progress | None) -> None:
+    kind = event.get("event")
+    if kind == "start":
+        run.start = dict(event)
+    elif kind == "plan":
+        run.planned = int(event.get("steps", 0))
+        run.mode = str(event.get("mode", run.mode))
+    elif kind == "step":
+        if progress is not None:
+            progress(int(event.get("done", 0)), int(event.get("total", run.planned or 1)), str(event.get("label", "")))
+    elif kind == "result":
+        run.results.append(dict(event))
+    elif kind == "load" and isinstance(event.get("gpu"), int):
+        run.loads[int(event["gpu"])] = {k: v for k, v in event.items() if k not in ("event", "gpu")}
+    elif kind == "done":
+        run.done = True
+    elif kind == "fatal":
+        if event.get("missing_torch"):
+            run.status = "no_torch"
+        elif event.get("no_device"):
+            run.status = "no_device"
+        else:
+            run.status = "error"
+        run.error = str(event.get("error", "the bench worker failed"))
+        for key in ("torch_version", "cuda_version", "hip_version", "python"):
+            if key in event and key not in run.start:
+                run.start[key] = event[key]
+    elif kind == "note":
+        run.notes.append(dict(event))
+
+
+def run_worker(
+    argv: Sequence[str],
+    timeout: float,
+    progress: Progress | None = None,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> BenchRun:
+    """Start the worker, read its events until it exits or the deadline passes."""
+    run = BenchRun()
+    started = clock()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else child_env(),
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        run.status = "error"
+        run.error = f"cannot start {argv[0]}: {exc.strerror or exc}"
+        return run
+
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+
+    def pump_stdout() -> None:
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
+            lines.put(raw)
+        lines.put(None)
+
+    def pump_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in iter(proc.stderr.readline, b""):
+            tail.append(raw.decode("utf-8", "replace").rstrip())
+
+    threading.Thread(target=pump_stdout, name="bench-stdout", daemon=True).start()
+    err_thread = threading.Thread(target=pump_stderr, name="bench-stderr", daemon=True)
+    err_thread.start()
+    deadline = started + timeout
+    timed_out = False
+    while True:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            timed_out = True
+            break
+        try:
+            raw = lines.get(timeout=min(remaining, 0.5))
+        except queue.Empty:
+            continue
+        if raw is None:
+            break
+        text = raw.decode("utf-8", "replace").strip()
+        if not text.startswith(MARKER):
+            tail.append(text)  # stray prints of torch or a library: keep them for the error message
+            continue
+        try:
+            event = json.loads(text[len(MARKER) :])
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            handle_event(run, event, progress)
+    if timed_out:
+        _kill(proc)
+        run.status = "timeout"
+        running = f" while running test {len(run.results) + 1} of {run.planned}" if run.planned else ""
+        run.error = f"the bench did not finish within {timeout:.0f} s{running} and was stopped"
+    else:
+        try:
+            run.exit_code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+        err_thread.join(timeout=1)
+        if run.status == "ok" and not run.done:
+            run.status = "error"
+            code = run.exit_code
+            how = f"exit status {code}" if code is not None and code >= 0 else f"signal {-(code or 0)}"
+            run.error = f"the bench worker stopped early ({how})"
+    run.stderr_tail = "\n".join(list(tail)[-12:])
+    run.duration_s = round(clock() - started, 2)
+    return run
+
+
+class ProgressBar:
+    """A one-line bar on a terminal (stderr): [#####.....] 12/30  GPU 1: bf16 matmul"""
+
+    def __init__(self, stream: Any = None, width: int = 28) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.started = time.monotonic()
+        self._last = ""
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled:
+            return
+        total = max(total, 1)
+        filled = int(self.width * min(done, total) / total)
+        bar = "#" * filled + "." * (self.width - filled)
+        elapsed = time.monotonic() - self.started
+        line = f"\r[{bar}] {done}/{total} {elapsed:5.1f}s  {label}"[:120]
+        pad = " " * max(0, len(self._last) - len(line))
+        self.stream.write(line + pad)
+        self.stream.flush()
+        self._last = line
+
+    def close(self) -> None:
+        if self.enabled and self._last:
+            self.stream.write("\r" + " " * len(self._last) + "\r")
+            self.stream.flush()

@@ -1,0 +1,188 @@
+"""`gpudoctor bench`: per-GPU microbenchmarks beside the datasheet and the node's other GPUs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..cli import fail, obtain_facts, root_options, style_for, write_output
+
+EPILOG = """\b
+What it measures, per GPU: matmul TFLOP/s in fp32, tf32, fp16, bf16 and fp8 (where the GPU
+and torch have it), a device memory copy, pinned host→device and device→host copies; with
+several GPUs also peer copies and an NCCL all-reduce. Each figure is shown beside the
+datasheet's dense figure (efficiency) and beside the median of the other GPUs of the same kind.
+--full adds repeats, every GPU pair, and an 8191³ matmul that shows what shapes not a multiple
+of 8 cost. torch runs in a child process of --python (default: this interpreter).
+
+\b
+Results are facts: -o FILE writes a snapshot with a `bench` section (with --facts FILE,
+that snapshot plus the results); `gpudoctor check --facts FILE` then judges them.
+
+\b
+Exit status: 0 measured, no performance check failed; 1 a GPU is far below its peers or its
+datasheet (rules/performance.yaml); 2 could not run or could not finish (no torch, no GPU, a bad
+option, the deadline; what was measured is still reported and written)."""
+
+
+def _parse_gpus(text: str | None) -> list[int] | None:
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part and part.split("-", 1)[0].isdigit():
+            lo, hi = (int(x) for x in part.split("-", 1))
+            out.extend(range(lo, hi + 1))
+        elif part.isdigit():
+            out.append(int(part))
+        else:
+            fail(f"--gpus {text}: give device indices like 0,1 or 0-3 (or all)")
+    return list(dict.fromkeys(out))
+
+
+@click.command(epilog=EPILOG)
+@click.option("--gpus", metavar="LIST", help="Device indices to measure, e.g. 0,1 or 0-3 (default: all).")
+@click.option(
+    "--quick/--full", "quick", default=True, show_default=True, help="Quick (under 30 s on 2 GPUs) or thorough."
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write a facts snapshot with the results here.")
+@click.option(
+    "--facts",
+    "facts_file",
+    type=click.Path(dir_okay=False),
+    help="Add the results to this snapshot (of this machine) instead of probing it again.",
+)
+@click.option(
+    "--bench-timeout",
+    type=click.FloatRange(min=1.0),
+    help="Seconds the measurements may take before they are stopped (default 120 quick, 900 full).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
+@click.option("--color/--no-color", default=None, help="Colour the text (default: only on a terminal).")
+@click.option("--device", "device_type", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True)
+@root_options
+def command(
+    gpus: str | None,
+    quick: bool,
+    fmt: str,
+    output: str | None,
+    facts_file: str | None,
+    bench_timeout: float | None,
+    no_progress: bool,
+    color: bool | None,
+    device_type: str,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
+    """Measure every GPU (matmul, memory, host and peer copies) against its datasheet and its peers."""
+    from ..advice.gpu_specs import SpecTableError, load_specs
+    from ..bench import analysis, runner
+    from ..facts import SnapshotError, dumps, from_jsonable, to_jsonable
+    from ..render.bench import render_json, render_text
+
+    if root or sysfs_root or procfs_root:
+        fail("bench measures this machine; --root/--sysfs-root/--procfs-root describe another one (use --facts FILE)")
+    if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        fail(f"--python {python}: not an executable file")
+    devices = _parse_gpus(gpus)
+    try:
+        table = load_specs()
+    except SpecTableError as exc:
+        fail(f"GPU spec table: {exc}")
+    # --python names the interpreter that runs the bench; the probe of a live machine reads its torch too
+    probe_python = None if facts_file else python
+    facts, origin = obtain_facts(
+        facts_file, None, None, None, probe_python, torch_import and not facts_file, timeout, nvml_timeout
+    )
+    if facts_file is None:
+        facts = dict(facts)
+
+    mode = "cpu-smoke" if device_type == "cpu" else ("quick" if quick else "full")
+    config = {"mode": mode, "device_type": device_type, "gpus": devices}
+    limit = bench_timeout or (120.0 if quick else 900.0)
+    bar = runner.ProgressBar(sys.stderr)
+    if no_progress:
+        bar.enabled = False
+    try:
+        run = runner.run_worker(runner.worker_argv(python or sys.executable, config), limit, progress=bar)
+    finally:
+        bar.close()
+    if run.status == "no_torch":
+        fail(
+            f"gpudoctor bench needs torch in {python or sys.executable}: pip install 'gpudoctor[torch]', "
+            "or point --python at the interpreter of an environment that has it"
+        )
+    if run.status in ("no_device", "error") and not run.results:
+        detail = f" ({run.stderr_tail.splitlines()[-1]})" if run.stderr_tail.strip() else ""
+        fail(f"the bench could not run: {run.error}{detail}")
+    if run.status == "timeout" and not run.results:
+        fail(f"{run.error} before finishing a single test (raise --bench-timeout)")
+
+    section = analysis.build_section(run, facts, table)
+    if facts_file:
+        _check_same_machine(section, facts, facts_file)
+        if isinstance(facts.get("bench"), dict):
+            click.echo(
+                f"gpudoctor: replacing the bench results of {facts['bench'].get('collected_at', '?')} in {facts_file}",
+                err=True,
+            )
+    merged = dict(facts)
+    merged["bench"] = section
+    from ..schemas import validate_facts
+
+    problem = validate_facts(to_jsonable(merged))
+    if problem:  # a bug in gpudoctor, not in the input: say so plainly rather than write a bad file
+        fail(f"internal error: the bench results do not fit the snapshot schema: {problem}")
+    try:
+        merged = from_jsonable(to_jsonable(merged))
+    except SnapshotError as exc:
+        fail(str(exc))
+
+    findings = _judge(merged)
+    if output:
+        write_output(dumps(merged), output)
+    if fmt == "json":
+        click.echo(render_json(section, findings), nl=False)
+    else:
+        style = style_for(sys.stdout, color)
+        click.echo(render_text(section, findings, style, snapshot_path=output), nl=False)
+    from ..findings import Severity, Status
+
+    if run.status != "ok":
+        click.echo(f"gpudoctor: the bench is incomplete: {run.error}", err=True)
+        sys.exit(2)
+    failed = [f for f in findings if f.status is Status.FAIL and f.severity.rank >= Severity.WARNING.rank]
+    sys.exit(1 if failed else 0)
+
+
+def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
+    """Results go into a snapshot only when its GPUs are the ones that were measured."""
+    from ..advice.gpu_specs import machine_gpus
+    from ..engine.subjects import normalise_bus_id
+
+    known = {normalise_bus_id(g.bus_id) for g in machine_gpus(facts) if g.bus_id}
+    measured = [g.get("bus_id") for g in section.get("gpus", []) if isinstance(g.get("bus_id"), str)]
+    strangers = [b for b in measured if normalise_bus_id(b) not in known]
+    if strangers:
+        fail(
+            f"{facts_file} is not a snapshot of this machine: it has no GPU at {', '.join(strangers)} "
+            "(take one here with gpudoctor probe -o FILE, or leave out --facts)"
+        )
+
+
+def _judge(facts: dict) -> list:
+    from ..cli import load_ruleset
+    from ..engine.runner import run_rules
+
+    ruleset = load_ruleset(())
+    rules = [r for r in ruleset.rules if "bench" in r.tags]
+    return run_rules(ruleset, facts, rules)

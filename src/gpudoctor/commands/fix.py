@@ -1,0 +1,258 @@
+"""`gpudoctor fix`: print what to do. Three modes, one at a time:
+
+- no flag: every fix for the checks that fail (the rules `check` runs), grouped by what applying it
+  takes (the rule's fix-config / fix-root / fix-reboot / fix-hardware tag), with the finding it
+  answers and the check to run afterwards;
+- ``--torch``: the torch build for this machine and the exact install command (advice/torch_build);
+- ``--numa``: the NUMA binding plan per GPU (advice/numa_render, imported only when asked).
+
+gpudoctor prints fixes and never runs them. Exit status: 0 printed; 1 ``--torch`` found no torch
+build that uses this machine's GPUs (the CPU build is printed); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..cli import fail, load_ruleset, obtain_facts, root_options, style_for, write_output
+
+FIX_EXIT_HELP = """\b
+Exit status:
+  0  the fixes, torch build or NUMA plan were printed
+  1  --torch: no torch build uses this machine's GPUs (the CPU
+     build is printed, with why)
+  2  gpudoctor could not run (bad arguments, bad rule file,
+     unreadable snapshot, missing root)"""
+
+TORCH_ONLY = ("driver_version", "compute_capability", "gpu_arch", "no_gpu", "torch_version", "python_version")
+NUMA_ONLY = ("strategy", "membind", "visible")
+
+
+def _flag(name: str) -> str:
+    return {
+        "compute_capability": "--compute-capability",
+        "gpu_arch": "--gpu-arch",
+        "visible": "--visible-devices",
+    }.get(name, "--" + name.replace("_", "-"))
+
+
+@click.command(
+    epilog=FIX_EXIT_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--torch", "torch_mode", is_flag=True, help="Print the torch build for this machine and its install command."
+)
+@click.option("--numa", "numa_mode", is_flag=True, help="Print the NUMA binding (numactl line) for each GPU.")
+@click.option(
+    "--facts",
+    "facts_file",
+    type=click.Path(dir_okay=False),
+    help="Advise for this snapshot (from `gpudoctor probe`) instead of probing the machine.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "shell"]),
+    default=None,
+    help="text (default; --numa: shell), json, or shell (a script of comments and commands to review).",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the output here (atomically).")
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(),
+    metavar="DIR",
+    help="Add the rule files in DIR (repeatable).",
+)
+@click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")
+@click.option("--driver-version", metavar="V", help="--torch: the NVIDIA driver version to advise for.")
+@click.option(
+    "--compute-capability",
+    multiple=True,
+    metavar="X.Y",
+    help="--torch: a GPU's compute capability (repeatable, one per GPU); replaces the probed GPUs.",
+)
+@click.option("--gpu-arch", multiple=True, metavar="gfxNNN", help="--torch: an AMD GPU's gfx target (repeatable).")
+@click.option("--no-gpu", is_flag=True, help="--torch: advise for a machine without GPUs.")
+@click.option("--torch-version", metavar="X.Y[.Z]", help="--torch: this torch release instead of the newest that fits.")
+@click.option("--python-version", metavar="X.Y", help="--torch: the Python the wheel is for.")
+@click.option(
+    "--strategy",
+    metavar="node|socket|exclusive|core-complex",
+    help="--numa: how CPUs are shared out (default node).",
+)
+@click.option("--membind", is_flag=True, help="--numa: bind memory strictly to the GPU's node (checked first).")
+@click.option("--visible-devices", "visible", metavar="LIST", help="--numa: plan for this CUDA_VISIBLE_DEVICES value.")
+@click.option("--color/--no-color", default=None, help="Colour the text output (default: only on a terminal).")
+@root_options
+def command(
+    torch_mode: bool,
+    numa_mode: bool,
+    facts_file: str | None,
+    fmt: str | None,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_builtin_rules: bool,
+    driver_version: str | None,
+    compute_capability: tuple[str, ...],
+    gpu_arch: tuple[str, ...],
+    no_gpu: bool,
+    torch_version: str | None,
+    python_version: str | None,
+    strategy: str | None,
+    membind: bool,
+    visible: str | None,
+    color: bool | None,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
+    """Print the fixes: for every failing check (default), the torch build (--torch) or the NUMA binding (--numa).
+
+    \b
+    gpudoctor fix                        every fix, grouped: as user, as root, reboot, hardware
+    gpudoctor fix --torch                the torch wheel for this machine and the pip/uv command
+    gpudoctor fix --torch --compute-capability 6.1 --driver-version 535.183.01
+    gpudoctor fix --numa --strategy exclusive --format json
+    gpudoctor never runs a fix.
+    """
+    given = {
+        "driver_version": driver_version,
+        "compute_capability": compute_capability,
+        "gpu_arch": gpu_arch,
+        "no_gpu": no_gpu,
+        "torch_version": torch_version,
+        "python_version": python_version,
+        "strategy": strategy,
+        "membind": membind,
+        "visible": visible,
+    }
+    if torch_mode and numa_mode:
+        fail("--torch and --numa are separate advice; ask for one at a time")
+    if not torch_mode:
+        used = [_flag(n) for n in TORCH_ONLY if given[n]]
+        if used:
+            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --torch")
+    if not numa_mode:
+        used = [_flag(n) for n in NUMA_ONLY if given[n]]
+        if used:
+            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --numa")
+    if (torch_mode or numa_mode) and (rule_dirs or no_builtin_rules):
+        fail("--rules and --no-builtin-rules apply to the fix list, not to --torch or --numa")
+    if no_gpu and (compute_capability or gpu_arch):
+        fail("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
+
+    if numa_mode:
+        # Resolve the renderer before probing so a missing module costs no probe time.
+        render = _numa_renderer()
+        facts, _origin = obtain_facts(
+            facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
+        )
+        try:
+            text = render(facts, strategy or "node", fmt or "shell", membind, visible)
+        except ValueError as exc:
+            fail(f"--numa: {exc}")
+        write_output(text, output)
+        return
+
+    facts, origin = obtain_facts(facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    if torch_mode:
+        sys.exit(
+            _torch(facts, origin, fmt or "text", output, driver_version, compute_capability, gpu_arch, no_gpu,
+                   torch_version, python_version)
+        )  # fmt: skip
+    _fix_list(facts, origin, fmt or "text", output, rule_dirs, no_builtin_rules, color)
+
+
+def _numa_renderer() -> Any:
+    """The colleague-owned renderer, imported only for --numa (its signature is in its docstring)."""
+    import importlib
+
+    name = "gpudoctor.advice.numa_render"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            fail(
+                "fix --numa is not available in this build: "
+                "the NUMA planner (gpudoctor.advice.numa_render) is not there yet"
+            )
+        fail(f"fix --numa cannot load the NUMA planner: {exc}")
+    except ImportError as exc:
+        fail(f"fix --numa cannot load the NUMA planner: {exc}")
+    render = getattr(module, "render_numa_plan", None)
+    if not callable(render):
+        fail("fix --numa: gpudoctor.advice.numa_render has no render_numa_plan(); the NUMA planner is incomplete")
+    return render
+
+
+def _torch(
+    facts: Any,
+    origin: str,
+    fmt: str,
+    output: str | None,
+    driver_version: str | None,
+    compute_capability: tuple[str, ...],
+    gpu_arch: tuple[str, ...],
+    no_gpu: bool,
+    torch_version: str | None,
+    python_version: str | None,
+) -> int:
+    from ..advice import torch_build
+
+    overrides = torch_build.Overrides(
+        driver_version=driver_version,
+        compute_capabilities=compute_capability,
+        gpu_archs=gpu_arch,
+        no_gpu=no_gpu,
+        torch_version=torch_version,
+        python_version=python_version,
+    )
+    try:
+        rec = torch_build.recommend(facts, overrides)
+    except torch_build.TorchAdviceError as exc:
+        fail(str(exc))
+    if fmt == "json":
+        text = torch_build.render_json(rec)
+    elif fmt == "shell":
+        text = torch_build.render_shell(rec)
+    else:
+        text = torch_build.render_text(rec, "the live machine" if origin == "live" else origin)
+    write_output(text, output)
+    return rec.exit_code
+
+
+def _fix_list(
+    facts: Any,
+    origin: str,
+    fmt: str,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_builtin_rules: bool,
+    color: bool | None,
+) -> None:
+    from ..advice import fix_list
+    from ..engine.runner import run_rules
+    from ..render.text import header
+
+    ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
+    findings = run_rules(ruleset, facts)
+    tags = {rule.id: rule.tags for rule in ruleset.rules}
+    fixes = fix_list.collect(findings, tags, rule_dirs=rule_dirs, origin=origin)
+    head = header(facts) + ("" if origin == "live" else f" · facts: {origin}")
+    if fmt == "json":
+        text = fix_list.render_json(fixes)
+    elif fmt == "shell":
+        text = fix_list.render_shell(fixes, head)
+    else:
+        text = fix_list.render_text(fixes, head, style_for(sys.stdout, color if not output else False))
+    write_output(text, output)

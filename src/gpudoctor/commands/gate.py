@@ -1,0 +1,250 @@
+"""`gpudoctor gate`: the pre-training go/no-go gate for job scripts, Slurm, Kubernetes and torchrun."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..cli import fail, root_options, style_for, write_output
+
+GATE_HELP = """\b
+What blocks (exit status 1, no-go):
+  - a failed check at or above --fail-on (default error), or any
+    failed check listed under required (policy) / --require;
+  - with --fail-closed (the default), a check at or above --fail-on
+    that could not be judged: its facts were unavailable, its rule
+    broke, or a source did not answer in time (NVML hung, the device
+    test did not finish). --fail-open lets the gate say go and lists
+    them as not judged, except required checks, which always block
+    unless they pass or do not apply.
+On no-go the first lines name every blocking finding: check id,
+subject, what, and the fix; checks that could not run for one cause
+(e.g. NVML did not answer) are folded into one line naming it.
+
+\b
+Precedence: command-line flags, then --policy FILE, then defaults
+(fail on error, fail-closed, deadline 30 s, no expectations).
+
+\b
+Exit status:
+  0  go
+  1  no-go
+  2  the gate could not run (bad arguments or policy, unreadable
+     snapshot, missing root, an output file that cannot be written)"""
+
+
+def _parameter_given(ctx: click.Context, name: str) -> bool:
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+@click.command("gate", epilog=GATE_HELP, context_settings={"max_content_width": 100})
+@click.option(
+    "--policy", "policy_file", type=click.Path(dir_okay=False), help="Policy YAML (expectations, fail-on, ...)."
+)
+@click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
+@click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
+@click.option(
+    "--min-free-memory", type=click.FloatRange(min=0), metavar="GiB", help="GiB that must be free on every GPU."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    help="Lowest severity of a failed check that blocks [policy, else error].",
+)
+@click.option(
+    "--fail-closed/--fail-open",
+    "fail_closed",
+    default=None,
+    help="Whether a check that could not be judged blocks [policy, else fail-closed].",
+)
+@click.option("--require", multiple=True, metavar="ID|AREA|TAG", help="Must be judged and pass (repeatable).")
+@click.option("--ignore", multiple=True, metavar="ID|AREA|TAG", help="Do not run (repeatable).")
+@click.option(
+    "--deep/--no-deep",
+    default=None,
+    help="Also prove the GPUs work: context, memory, matmul, P2P and NCCL all-reduce, in a child "
+    "process of --python under the deadline (needs torch there).",
+)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="PATH", help="Write the JSON report.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), metavar="PATH", help="Write JUnit XML.")
+@click.option(
+    "--prometheus",
+    "prometheus_path",
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="Write node_exporter textfile metrics (e.g. .../textfile/gpudoctor.prom).",
+)
+@click.option(
+    "--nfd-features",
+    "nfd_path",
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="Write a Node Feature Discovery feature file (/etc/kubernetes/node-feature-discovery/features.d/gpudoctor).",
+)
+@click.option(
+    "--nfd-ttl",
+    type=click.IntRange(min=60),
+    default=900,
+    show_default=True,
+    metavar="SECONDS",
+    help="The NFD labels expire this long after the run.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+    help="Report on stdout; with json or markdown the blocking lines go to stderr.",
+)
+@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Judge this snapshot instead.")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR", help="Add rules from DIR.")
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Run as a torchrun entry point: every rank gates its GPU and node, rank 0 prints one table, "
+    "every rank exits 1 when any rank is no-go; with NCCL also measures all-reduce bus bandwidth.",
+)
+@click.option(
+    "--min-busbw",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GB/s",
+    help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
+)
+@click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
+@click.option("--color/--no-color", default=None, help="Colour the text report (default: only on a terminal).")
+@root_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    policy_file: str | None,
+    expect_gpus: int | None,
+    expect_model: str | None,
+    min_free_memory: float | None,
+    fail_on: str | None,
+    fail_closed: bool | None,
+    require: tuple[str, ...],
+    ignore: tuple[str, ...],
+    deep: bool | None,
+    json_path: str | None,
+    junit_path: str | None,
+    prometheus_path: str | None,
+    nfd_path: str | None,
+    nfd_ttl: int,
+    fmt: str,
+    facts_file: str | None,
+    rule_dirs: tuple[str, ...],
+    distributed: bool,
+    min_busbw: float | None,
+    verbose: bool,
+    color: bool | None,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
+    """Pre-training go/no-go gate: exit 0 go, 1 no-go, 2 could not run.
+
+    \b
+    gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
+    gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
+    torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100
+    """
+    from ..gate import GateError, Policy, load_policy
+
+    try:
+        policy = load_policy(policy_file) if policy_file else Policy()
+        policy = policy.override(
+            expect_gpus=expect_gpus,
+            expect_model=expect_model,
+            min_free_memory_gib=min_free_memory,
+            fail_on=fail_on,
+            fail_closed=fail_closed,
+            required=require or None,
+            ignore=ignore or None,
+            deep=deep,
+            deadline_s=timeout if _parameter_given(ctx, "timeout") else None,
+            min_busbw_gbps=min_busbw,
+        )
+    except GateError as exc:
+        fail(str(exc))
+    run_options: dict[str, Any] = {
+        "facts_file": facts_file,
+        "root": root,
+        "sysfs_root": sysfs_root,
+        "procfs_root": procfs_root,
+        "python": python,
+        "torch_import": torch_import,
+        "nvml_timeout": nvml_timeout,
+        "rule_dirs": rule_dirs,
+    }
+    if distributed:
+        if junit_path or prometheus_path or nfd_path or fmt != "text":
+            fail(
+                "--distributed prints one table on rank 0 and writes --json there; "
+                "--junit, --prometheus, --nfd-features and --format are for single-node runs"
+            )
+        from ..distributed import run_distributed
+
+        try:
+            code = run_distributed(policy, run_options, json_path=json_path, style=style_for(sys.stdout, color))
+        except GateError as exc:
+            fail(str(exc))
+        sys.exit(code)
+
+    from ..gate import run as run_gate
+
+    try:
+        report = run_gate(policy, **run_options)
+    except GateError as exc:
+        fail(str(exc))
+
+    # Files first, so that what is printed last is the verdict; each is written atomically.
+    outputs = []
+    if json_path:
+        outputs.append((json_path, lambda: _json(report)))
+    if junit_path:
+        from ..render.junit import render as render_junit
+
+        outputs.append((junit_path, lambda: render_junit(report)))
+    if prometheus_path:
+        from ..render.prometheus import render as render_prometheus
+
+        outputs.append((prometheus_path, lambda: render_prometheus(report)))
+    if nfd_path:
+        from ..render.nfd import render as render_nfd
+
+        outputs.append((nfd_path, lambda: render_nfd(report, nfd_ttl)))
+    for path, make in outputs:
+        write_output(make(), path)
+
+    if fmt == "text":
+        from ..render.gate_text import render as render_text
+
+        click.echo(render_text(report, style=style_for(sys.stdout, color), verbose=verbose), nl=False)
+    else:
+        if not report.go:
+            from ..render.gate_text import blocking_text
+
+            for line in blocking_text(report, style_for(sys.stderr, color)):
+                click.echo(line, err=True)
+        if fmt == "json":
+            click.echo(_json(report), nl=False)
+        else:
+            from ..render.markdown import render as render_markdown
+
+            click.echo(render_markdown(report), nl=False)
+    sys.exit(report.exit_code)
+
+
+def _json(report: Any) -> str:
+    import json
+
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,60 @@
+"""`gpudoctor report merge REPORTS...`: one fleet summary from many nodes' JSON reports."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import fail, write_output
+
+MERGE_HELP = """\b
+Reads gate reports (gpudoctor gate --json PATH) and check reports
+(gpudoctor check --format json); a directory stands for the *.json
+files in it. Nodes are named by hostname; for a node reported twice,
+the newer gate report (else the later file) counts.
+
+\b
+Exit status:
+  0  every node is go (gate) or passed (check)
+  1  at least one node is no-go
+  2  a file is missing or not a valid gpudoctor report"""
+
+
+@click.group("report")
+def command() -> None:
+    """Fleet reports: merge many JSON reports into one summary."""
+
+
+@command.command("merge", epilog=MERGE_HELP)
+@click.argument("reports", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the summary here (atomically).")
+def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
+    """Which nodes fail which checks, counts per check and per GPU model."""
+    import json
+    from pathlib import Path
+
+    from ..fleet import ReportError, render_text
+    from ..fleet import merge as merge_reports
+
+    paths: list[str] = []
+    for item in reports:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(str(x) for x in p.glob("*.json"))
+            if not found:
+                fail(f"{item}: no *.json reports in this directory")
+            paths += found
+        else:
+            paths.append(item)
+    try:
+        fleet = merge_reports(paths)
+    except ReportError as exc:
+        fail(str(exc))
+    if fmt == "json":
+        text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = render_text(fleet)
+    write_output(text, output)
+    sys.exit(1 if any(n.verdict != "go" for n in fleet.nodes) else 0)

@@ -1,0 +1,92 @@
+"""`gpudoctor select -n K`: the CUDA_VISIBLE_DEVICES value of the K best free, healthy GPUs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import load_ruleset, obtain_facts, root_options
+
+SELECT_HELP = """\b
+Usage in a job script:
+  export CUDA_DEVICE_ORDER=PCI_BUS_ID
+  export CUDA_VISIBLE_DEVICES=$(gpudoctor select -n 2 --min-free-memory 40) || exit 1
+
+\b
+Chosen: GPUs NVML lists, with no failed check at or above --fail-on,
+enough free memory, a compute mode that admits the job, and inside
+CUDA_VISIBLE_DEVICES when that is already set; idle ones first, then
+most free memory, then least busy; for -n > 1 from one NUMA node when
+one has enough. Indices are NVML's (PCI bus order): set
+CUDA_DEVICE_ORDER=PCI_BUS_ID, or print UUIDs with --uuid.
+
+\b
+Exit status:
+  0  the value is on stdout
+  1  fewer than K GPUs qualify (stderr says why each was left out)
+  2  gpudoctor could not run"""
+
+
+@click.command("select", epilog=SELECT_HELP, context_settings={"max_content_width": 100})
+@click.option("-n", "count", type=click.IntRange(min=1), default=1, show_default=True, help="How many GPUs.")
+@click.option(
+    "--min-free-memory", type=click.FloatRange(min=0), default=0.0, metavar="GiB", help="Free memory each needs."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    default="error",
+    show_default=True,
+    help="A GPU with a failed check at or above this severity is left out.",
+)
+@click.option("--uuid", "uuids", is_flag=True, help="Print GPU UUIDs instead of indices.")
+@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Choose from this snapshot.")
+@click.option("-v", "--verbose", is_flag=True, help="Also say on stderr what was chosen and why others were not.")
+@root_options
+def command(
+    count: int,
+    min_free_memory: float,
+    fail_on: str,
+    uuids: bool,
+    facts_file: str | None,
+    verbose: bool,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
+    """Print CUDA_VISIBLE_DEVICES for the K best free, healthy GPUs."""
+    from ..advice.gpu_select import GIB, plan
+    from ..engine.runner import run_rules
+    from ..findings import Severity
+
+    facts, _origin = obtain_facts(
+        facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
+    )
+    ruleset = load_ruleset(())
+    findings = run_rules(ruleset, facts, [r for r in ruleset.rules if r.subject == "gpu"])
+    selection = plan(facts, findings, count, min_free_memory, Severity(fail_on))
+    for note in selection.notes:
+        click.echo(f"gpudoctor select: {note}", err=True)
+    if not selection.ok:
+        click.echo(f"gpudoctor select: {len(selection.eligible)} GPU(s) qualify, {count} asked for", err=True)
+        for label, why in selection.excluded:
+            click.echo(f"  {label}: {why}", err=True)
+        if not selection.excluded and not selection.eligible:
+            click.echo("  no NVIDIA GPU found", err=True)
+        sys.exit(1)
+    if verbose:
+        for c in selection.chosen:
+            util = f"{c.utilization_pct} %" if c.utilization_pct is not None else "?"
+            click.echo(
+                f"gpudoctor select: chose {c.label} {c.name}: {c.free_bytes / GIB:.1f} GiB free, "
+                f"{util} busy, NUMA node {c.numa_node if c.numa_node is not None else '?'}",
+                err=True,
+            )
+        for label, why in selection.excluded:
+            click.echo(f"gpudoctor select: left out {label}: {why}", err=True)
+    click.echo(selection.value(uuids))

@@ -1,0 +1,145 @@
+"""`gpudoctor tiers`: the GPU tier list from the spec table, this machine's GPUs marked."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import fail, obtain_facts, root_options, style_for, write_output
+
+EPILOG = """\b
+Workloads (--workload MODE-SIZE[-PRECISION], or --mode/--params/--precision):
+  finetune-7b-bf16   full fine-tune, Adam, mixed precision (16 bytes/parameter + activations)
+  lora-8b-bf16       LoRA on a frozen bf16 base;  qlora-70b: 4-bit base
+  serve-70b-fp8      serving: weights + KV cache (--context tokens x --batch sequences)
+The memory arithmetic and its assumptions are printed; cards needing more than 8 GPUs are left
+out unless --all.
+
+\b
+Exit status: 0 the list was printed; 2 gpudoctor could not run (bad option, unreadable
+snapshot or table, a plot it cannot write)."""
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--sort",
+    type=click.Choice(["fp16", "bf16", "memory", "bandwidth", "perf-per-watt", "perf-per-dollar"]),
+    default="fp16",
+    show_default=True,
+    help="What to rank by (dense tensor rates; per-watt and per-dollar use the 16-bit rate).",
+)
+@click.option("--workload", metavar="NAME", help="Show which cards fit, e.g. finetune-7b-bf16, serve-70b-fp8.")
+@click.option(
+    "--mode", type=click.Choice(["finetune", "lora", "qlora", "serve"]), help="Workload mode (with --params)."
+)
+@click.option("--params", metavar="N", help="Model size for --mode, e.g. 7B, 70B, 500M.")
+@click.option(
+    "--precision", type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8", "int4"]), help="Weights precision."
+)
+@click.option(
+    "--context", type=click.IntRange(min=1), help="Tokens per sequence (default 4096 training, 8192 serving)."
+)
+@click.option("--batch", type=click.IntRange(min=1), help="Micro-batch (training) or concurrent sequences (serving).")
+@click.option("--kv-precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="KV cache precision (serving).")
+@click.option("--all", "show_all", is_flag=True, help="With a workload, also list cards that cannot hold it.")
+@click.option(
+    "--vendor", "vendors", multiple=True, metavar="NAME", help="Only these vendors (nvidia, amd, intel, huawei)."
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the list here (atomically).")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png", help="Also draw the list as a chart."
+)
+@click.option(
+    "--facts",
+    "facts_file",
+    type=click.Path(dir_okay=False),
+    help="Mark the GPUs of this snapshot instead of this machine's.",
+)
+@click.option("--color/--no-color", default=None, help="Colour the text (default: only on a terminal).")
+@root_options
+def command(
+    sort: str,
+    workload: str | None,
+    mode: str | None,
+    params: str | None,
+    precision: str | None,
+    context: int | None,
+    batch: int | None,
+    kv_precision: str | None,
+    show_all: bool,
+    vendors: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    plot: str | None,
+    facts_file: str | None,
+    color: bool | None,
+    root: str | None,
+    sysfs_root: str | None,
+    procfs_root: str | None,
+    python: str | None,
+    torch_import: bool,
+    timeout: float,
+    nvml_timeout: float,
+) -> None:
+    """The GPU tier list (datasheet figures, dense), this machine's GPUs marked."""
+    from ..advice.gpu_specs import SpecTableError, load_specs, machine_gpus
+    from ..advice.tiers import tier_list
+    from ..advice.workload import WorkloadError, estimate, make_workload, parse_workload
+    from ..render.tiers import render_json, render_text
+
+    if plot and not plot.lower().endswith((".svg", ".png")):
+        fail(f"--plot {plot}: give a .svg or .png file name")
+    known_vendors = {"nvidia", "amd", "intel", "huawei"}
+    bad = [v for v in vendors if v.lower() not in known_vendors]
+    if bad:
+        fail(f"--vendor {', '.join(bad)}: use one of {', '.join(sorted(known_vendors))}")
+    est = None
+    try:
+        if workload and (mode or params):
+            fail("give either --workload NAME or --mode/--params, not both")
+        if workload:
+            if precision or kv_precision:
+                wl = parse_workload(workload, context, batch)
+                wl = make_workload(
+                    wl.mode, float(wl.params), precision or wl.precision, context, batch, 16, kv_precision
+                )
+            else:
+                wl = parse_workload(workload, context, batch)
+            est = estimate(wl)
+        elif mode or params:
+            if not (mode and params):
+                fail("--mode and --params go together (e.g. --mode serve --params 70B --precision fp8)")
+            est = estimate(make_workload(str(mode), str(params), precision, context, batch, 16, kv_precision))
+        elif precision or context or batch or kv_precision:
+            fail("--precision/--context/--batch/--kv-precision describe a workload: add --workload or --mode/--params")
+    except WorkloadError as exc:
+        fail(str(exc))
+    try:
+        table = load_specs()
+    except SpecTableError as exc:
+        fail(f"GPU spec table: {exc}")
+    facts, origin = obtain_facts(facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    tl = tier_list(
+        table,
+        sort=sort,
+        machine=machine_gpus(facts, table),
+        estimate=est,
+        show_all=show_all,
+        vendors=tuple(v.lower() for v in vendors),
+    )
+    if plot:
+        from ..render.tiers_plot import PlotError, write_plot
+
+        try:
+            write_plot(tl, plot)
+        except PlotError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"cannot write {plot}: {exc.strerror or exc}")
+    if fmt == "json":
+        text = render_json(tl, origin)
+    else:
+        text = render_text(tl, style_for(sys.stdout, color if not output else False), origin)
+    write_output(text, output)

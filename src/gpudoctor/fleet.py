@@ -1,0 +1,201 @@
+"""Fleet summaries from many JSON reports (`gpudoctor report merge`): which nodes fail which
+checks, how many nodes fail each check, and the same per GPU model.
+
+Inputs are gate reports (``gate --json``, schemas/gate-report.schema.json) and check reports
+(``check --format json``, schemas/report.schema.json), validated before use. A node is named by
+the report's hostname (a check report: the first word of its host line); when several reports
+name the same node, the newest gate report (``generated_at``), else the last one given, counts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+_MODELS = re.compile(r"(\d+)× ([^,]+)")
+
+
+class ReportError(Exception):
+    """A file that is not a usable gpudoctor report (exit status 2)."""
+
+
+@dataclass
+class NodeResult:
+    node: str
+    source: str
+    kind: str  # gate | check
+    verdict: str  # go | no-go
+    generated_at: str
+    failed: dict[str, list[str]] = field(default_factory=dict)  # rule -> subjects
+    unjudged: dict[str, list[str]] = field(default_factory=dict)
+    blocking: list[str] = field(default_factory=list)  # printed lines (gate) or failed rule ids (check)
+    models: dict[str, int] = field(default_factory=dict)  # GPU model -> count
+    failed_gpus: dict[str, set[str]] = field(default_factory=dict)  # model -> GPU bus ids with a failure
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "source": self.source,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "generated_at": self.generated_at,
+            "failed_checks": self.failed,
+            "unjudged_checks": self.unjudged,
+            "blocking": self.blocking,
+            "gpu_models": self.models,
+        }
+
+
+def _node_from_host_line(host: str) -> str:
+    return host.split(" (", 1)[0].split(" · ", 1)[0].strip() or "unknown"
+
+
+def load_report(path: str) -> NodeResult:
+    from .schemas import validate
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not a gpudoctor report: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(data, dict) or "report_schema_version" not in data:
+        raise ReportError(f"{path}: not a gpudoctor report (no report_schema_version; a facts snapshot?)")
+    kind = "gate" if data.get("kind") == "gate" else "check"
+    problem = validate("gate-report" if kind == "gate" else "report", data)
+    if problem:
+        raise ReportError(f"{path}: not a valid gpudoctor {kind} report: {problem}")
+
+    findings = data["findings"]
+    failed: dict[str, list[str]] = {}
+    unjudged: dict[str, list[str]] = {}
+    for f in findings:
+        label = f["subject"]["label"]
+        if f["status"] == "fail":
+            failed.setdefault(f["rule"], []).append(label)
+        elif f["status"] in ("unknown", "error"):
+            unjudged.setdefault(f["rule"], []).append(label)
+    models: dict[str, int] = {}
+    failed_gpus: dict[str, set[str]] = {}
+    if kind == "gate":
+        node = data["hostname"]
+        verdict = data["verdict"]
+        blocking = [b["line"] for b in data["blocking"]]
+        for g in data["gpus"]:
+            model = g["name"] or "unknown GPU"
+            models[model] = models.get(model, 0) + 1
+            if g["failed_checks"]:
+                failed_gpus.setdefault(model, set()).add(g["bus_id"] or str(g["index"]))
+        generated = data["generated_at"]
+    else:
+        node = _node_from_host_line(data["host"])
+        verdict = "go" if data["verdict"] == "pass" else "no-go"
+        blocking = [f"{f['rule']}: {f['subject']['label']}: {f['message']}" for f in findings if f["status"] == "fail"]
+        for segment in data["host"].split(" · "):
+            for count, model in _MODELS.findall(segment):
+                models[model.strip()] = models.get(model.strip(), 0) + int(count)
+        # a check report does not say which model a failing GPU is; with one model the answer is clear
+        if len(models) == 1:
+            model = next(iter(models))
+            for f in findings:
+                if f["status"] == "fail" and f["subject"]["kind"] == "gpu":
+                    failed_gpus.setdefault(model, set()).add(f["subject"].get("bus_id") or f["subject"]["label"])
+        generated = ""
+    return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus)
+
+
+@dataclass
+class Fleet:
+    nodes: list[NodeResult]
+    replaced: list[tuple[str, str]]  # (node, report that a newer one replaced)
+
+    def checks(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for n in self.nodes:
+            for rule, subjects in n.failed.items():
+                entry = out.setdefault(rule, {"failed_nodes": [], "failed_subjects": 0, "unjudged_nodes": []})
+                entry["failed_nodes"].append(n.node)
+                entry["failed_subjects"] += len(subjects)
+            for rule in n.unjudged:
+                entry = out.setdefault(rule, {"failed_nodes": [], "failed_subjects": 0, "unjudged_nodes": []})
+                entry["unjudged_nodes"].append(n.node)
+        return dict(
+            sorted(out.items(), key=lambda kv: (-len(kv[1]["failed_nodes"]), -len(kv[1]["unjudged_nodes"]), kv[0]))
+        )
+
+    def models(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for n in self.nodes:
+            for model, count in n.models.items():
+                entry = out.setdefault(model, {"nodes": 0, "gpus": 0, "no_go_nodes": 0, "failed_gpus": 0})
+                entry["nodes"] += 1
+                entry["gpus"] += count
+                entry["no_go_nodes"] += 1 if n.verdict != "go" else 0
+                entry["failed_gpus"] += len(n.failed_gpus.get(model, ()))
+        return dict(sorted(out.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        no_go = [n.node for n in self.nodes if n.verdict != "go"]
+        return {
+            "fleet_schema_version": 1,
+            "totals": {"nodes": len(self.nodes), "go": len(self.nodes) - len(no_go), "no_go": len(no_go)},
+            "no_go_nodes": no_go,
+            "checks": self.checks(),
+            "gpu_models": self.models(),
+            "nodes": [n.to_json() for n in self.nodes],
+            "replaced_reports": [{"node": node, "source": source} for node, source in self.replaced],
+        }
+
+
+def merge(paths: Sequence[str]) -> Fleet:
+    by_node: dict[str, NodeResult] = {}
+    replaced: list[tuple[str, str]] = []
+    for path in paths:
+        result = load_report(path)
+        old = by_node.get(result.node)
+        if old is not None:
+            # the newer gate report wins; without timestamps, the later argument
+            keep_old = bool(old.generated_at and result.generated_at and old.generated_at > result.generated_at)
+            if keep_old:
+                replaced.append((result.node, result.source))
+                continue
+            replaced.append((old.node, old.source))
+        by_node[result.node] = result
+    return Fleet(nodes=sorted(by_node.values(), key=lambda n: n.node), replaced=replaced)
+
+
+def render_text(fleet: Fleet) -> str:
+    data = fleet.to_json()
+    t = data["totals"]
+    lines = [f"gpudoctor fleet: {t['nodes']} node(s) · {t['go']} go · {t['no_go']} no-go"]
+    for node, source in fleet.replaced:
+        lines.append(f"  (an older report for {node} was left out: {source})")
+    bad = [n for n in fleet.nodes if n.verdict != "go"]
+    if bad:
+        lines += ["", "No-go nodes"]
+        width = max(len(n.node) for n in bad)
+        for n in bad:
+            first = n.blocking[0] if n.blocking else ", ".join(n.failed) or "?"
+            more = f" (+{len(n.blocking) - 1} more)" if len(n.blocking) > 1 else ""
+            lines.append(f"  {n.node:<{width}}  {first}{more}")
+    checks = data["checks"]
+    if checks:
+        lines += ["", f"  {'check':<40} {'failed on':>9} {'subjects':>8} {'unjudged on':>11}  nodes"]
+        for rule, c in checks.items():
+            where = c["failed_nodes"] or c["unjudged_nodes"]
+            shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+            failed, unjudged = len(c["failed_nodes"]), len(c["unjudged_nodes"])
+            lines.append(f"  {rule:<40} {failed:>9} {c['failed_subjects']:>8} {unjudged:>11}  {shown}")
+    models = data["gpu_models"]
+    if models:
+        lines += ["", f"  {'GPU model':<32} {'nodes':>5} {'GPUs':>5} {'no-go nodes':>11} {'failed GPUs':>11}"]
+        for model, m in models.items():
+            lines.append(f"  {model:<32} {m['nodes']:>5} {m['gpus']:>5} {m['no_go_nodes']:>11} {m['failed_gpus']:>11}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,141 @@
+"""The gate report in the Prometheus text exposition format, for node_exporter's textfile
+collector (``--collector.textfile.directory``): write it as ``<dir>/gpudoctor.prom``.
+
+Metrics (all gauges):
+
+- ``gpudoctor_gate_go``                  1 when the gate said go, 0 for no-go
+- ``gpudoctor_gate_blocking``            findings that made it no-go
+- ``gpudoctor_gate_duration_seconds``    how long the gate ran
+- ``gpudoctor_gate_timestamp_seconds``   when it ran (Unix time)
+- ``gpudoctor_gate_checks{status}``      findings per status (pass, fail, unknown, error, skip)
+- ``gpudoctor_check_failed{check,area,severity,subject,gpu,bus_id}``     1 failed, else 0
+- ``gpudoctor_check_unjudged{...}``      1 when the check could not be judged
+- ``gpudoctor_check_blocking{...}``      1 when it made the gate no-go
+- ``gpudoctor_gpu_healthy{gpu,bus_id,uuid,name}``   0 when a blocking finding is about the GPU
+- ``gpudoctor_gpu_failed_checks{gpu,bus_id}``       failed checks on the GPU
+- ``gpudoctor_gpu_memory_total_bytes{gpu,bus_id}``, ``gpudoctor_gpu_memory_used_bytes{gpu,bus_id}``
+- ``gpudoctor_info{version,policy,on_cannot_check}``  always 1
+
+Host-level checks carry ``gpu=""`` and ``bus_id=""``. No ``instance`` or ``host`` label: the
+scrape adds it. Formatting only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..findings import Status
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: Iterable[tuple[str, Any]]) -> str:
+    inner = ",".join(f'{k}="{_escape("" if v is None else str(v))}"' for k, v in pairs)
+    return "{" + inner + "}" if inner else ""
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+class _Families:
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.help: dict[str, str] = {}
+        self.samples: dict[str, dict[str, str]] = {}
+
+    def add(self, name: str, help_text: str, value: float, labels: Iterable[tuple[str, Any]] = ()) -> None:
+        if name not in self.help:
+            self.order.append(name)
+            self.help[name] = help_text
+            self.samples[name] = {}
+        # one sample per label set: a repeated one (the same check on the same subject) keeps the first
+        self.samples[name].setdefault(_labels(labels), _number(value))
+
+    def text(self) -> str:
+        lines = []
+        for name in self.order:
+            lines.append(f"# HELP {name} {self.help[name]}")
+            lines.append(f"# TYPE {name} gauge")
+            for labels, value in self.samples[name].items():
+                lines.append(f"{name}{labels} {value}")
+        return "\n".join(lines) + "\n"
+
+
+def render(report: Any) -> str:
+    from .. import __version__
+
+    m = _Families()
+    m.add("gpudoctor_gate_go", "1 when the last gpudoctor gate said go, 0 for no-go.", 1 if report.go else 0)
+    m.add("gpudoctor_gate_blocking", "Findings that made the gate no-go.", len(report.blocking))
+    m.add("gpudoctor_gate_duration_seconds", "Seconds the gate took.", round(report.duration_s, 3))
+    m.add("gpudoctor_gate_timestamp_seconds", "When the gate ran (Unix time).", int(report.generated_epoch))
+    counts = report.counts()
+    for status in Status:
+        m.add(
+            "gpudoctor_gate_checks",
+            "Findings of the last gate per status.",
+            counts[status.value],
+            [("status", status.value)],
+        )
+    for f in report.findings:
+        if f.status is Status.SKIP:
+            continue
+        labels = [
+            ("check", f.rule_id),
+            ("area", f.area),
+            ("severity", f.severity.value),
+            ("subject", f.subject.label),
+            ("gpu", "" if f.subject.index is None or f.subject.kind != "gpu" else f.subject.index),
+            ("bus_id", f.subject.bus_id or ""),
+        ]
+        m.add(
+            "gpudoctor_check_failed",
+            "1 when the check failed on this subject.",
+            1 if f.status is Status.FAIL and not report.cannot_check(f) else 0,
+            labels,
+        )
+        m.add(
+            "gpudoctor_check_unjudged",
+            "1 when the check could not be judged (inputs unavailable, a source did not answer, the rule broke).",
+            1 if report.cannot_check(f) else 0,
+            labels,
+        )
+        m.add(
+            "gpudoctor_check_blocking",
+            "1 when the finding made the gate no-go.",
+            1 if report.is_blocking(f) else 0,
+            labels,
+        )
+    for g in report.gpus():
+        ident = [("gpu", "" if g["index"] is None else g["index"]), ("bus_id", g["bus_id"] or "")]
+        m.add(
+            "gpudoctor_gpu_healthy",
+            "0 when a blocking finding is about this GPU, else 1.",
+            0 if g["blocking"] else 1,
+            [*ident, ("uuid", g["uuid"] or ""), ("name", g["name"] or "")],
+        )
+        m.add("gpudoctor_gpu_failed_checks", "Checks that failed on this GPU.", len(g["failed_checks"]), ident)
+        if g["memory_total_bytes"] is not None:
+            m.add("gpudoctor_gpu_memory_total_bytes", "GPU memory in bytes (NVML).", g["memory_total_bytes"], ident)
+        if g["memory_used_bytes"] is not None:
+            m.add(
+                "gpudoctor_gpu_memory_used_bytes", "GPU memory in use in bytes (NVML).", g["memory_used_bytes"], ident
+            )
+    m.add(
+        "gpudoctor_info",
+        "gpudoctor version and the gate's policy.",
+        1,
+        [
+            ("version", __version__),
+            ("policy", report.policy.source),
+            ("on_cannot_check", report.policy.on_cannot_check),
+        ],
+    )
+    return m.text()

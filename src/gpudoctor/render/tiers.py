@@ -1,0 +1,190 @@
+"""`gpudoctor tiers` output: the tier list as an aligned table or as JSON. Formatting only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from ..advice.gpu_specs import RATE_FIELDS
+from ..advice.tiers import TierList, TierRow
+
+Style = Callable[..., str]
+
+
+def _plain(text: str, **_: Any) -> str:
+    return text
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    """Numbers as a table shows them: no decimals from 100 up, `digits` below (at least one under 10)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "—"
+    if abs(value) >= 100 or (digits == 0 and abs(value) >= 10):
+        return f"{value:,.0f}"
+    return f"{value:,.{max(digits, 1)}f}" if abs(value) < 10 else f"{value:,.{digits}f}"
+
+
+def _link(row: dict[str, Any]) -> str:
+    name, gbs = row.get("gpu_link"), row.get("gpu_link_gbs")
+    pcie = f"PCIe{row['pcie_gen']}" if isinstance(row.get("pcie_gen"), int) else "PCIe?"
+    if not name:
+        return pcie
+    short = str(name).replace(" bridge", "").replace("Infinity Fabric", "IF").replace("NVLink ", "NVLink")
+    return f"{pcie} {short} {_fmt(gbs)}" if gbs else f"{pcie} {short}"
+
+
+def _mark(r: TierRow) -> str:
+    if not r.local:
+        return ""
+    idx = [str(g.index) if g.index is not None else (g.bus_id or "?") for g in r.local]
+    return f"◀ this machine: GPU {', '.join(idx)}"
+
+
+COLUMNS = (
+    # header, width, align
+    ("tier", 4, "<"),
+    ("card", 30, "<"),
+    ("memory", 12, "<"),
+    ("BW GB/s", 8, ">"),
+    ("FP32", 6, ">"),
+    ("TF32", 6, ">"),
+    ("FP16", 6, ">"),
+    ("BF16", 6, ">"),
+    ("FP8", 6, ">"),
+    ("link GB/s", 24, "<"),
+    ("TDP W", 6, ">"),
+    ("launch $", 8, ">"),
+)
+
+
+def _cells(r: TierRow, extra: str | None) -> list[str]:
+    row = r.row
+    memory = f"{_fmt(row.get('memory_gb'))} {row.get('memory_type') or ''}".strip()
+    per_package = row.get("devices_per_package")
+    if per_package and per_package > 1:
+        memory += f" /{per_package}"
+    cells = [
+        r.tier or "—",
+        str(row.get("name", r.id))[:30],
+        memory,
+        _fmt(row.get("memory_bandwidth_gbs")),
+        *[_fmt(row.get(k), 1) for k in RATE_FIELDS],
+        _link(row),
+        _fmt(row.get("tdp_w")),
+        _fmt(row.get("launch_price_usd")),
+    ]
+    if extra is not None:
+        cells.append(extra)
+    return cells
+
+
+def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
+    lines: list[str] = []
+    table = tl.table
+    lines.append(style(f"GPU tier list — sorted by {tl.sort.title}", bold=True))
+    lines.append(
+        "Datasheet peaks. Tensor rates are DENSE (vendors' 'with sparsity' figures are 2x and kept apart); "
+        "FP32 is the non-tensor rate."
+    )
+    lines.append("Tiers halve: S >= 1/2 of the best card, A >= 1/4, B >= 1/8, C >= 1/16, D below.")
+    columns = list(COLUMNS)
+    extra_header = None
+    if tl.sort.name in ("perf-per-watt", "perf-per-dollar"):
+        extra_header = tl.sort.unit
+    if tl.estimate is not None:
+        extra_header = "fits on"
+    if extra_header:
+        columns.append((extra_header, 18, "<"))
+
+    if tl.estimate is not None:
+        est = tl.estimate
+        lines.append("")
+        lines.append(style(f"Workload: {est.workload.describe()}", bold=True))
+        lines.append(f"  assumed shape: {est.shape.describe()}")
+        lines.extend(f"  {text}" for text in est.arithmetic())
+        fit = tl.machine_fit
+        if fit is not None:
+            verdict = (
+                f"fits on {fit['gpus_needed']} of its {fit['gpus_here']} GPU(s) ({fit['per_gpu_gib']:,.0f} of "
+                f"{fit['capacity_gib']:,.0f} GiB each)"
+                if fit["fits"]
+                else f"does not fit on its {fit['gpus_here']} GPU(s) ({fit['per_gpu_gib']:,.0f} GiB needed per GPU, "
+                f"{fit['capacity_gib']:,.0f} GiB each)"
+            )
+            lines.append(style(f"  This machine ({fit['spec_id']}): {verdict}", bold=True))
+    lines.append("")
+
+    def fmt_row(cells: list[str]) -> str:
+        parts = []
+        for (_, width, align), cell in zip(columns, cells):
+            parts.append(f"{cell:{align}{width}}")
+        return "  ".join(parts).rstrip()
+
+    lines.append(style(fmt_row([c[0] for c in columns]), bold=True))
+    for r in tl.rows:
+        extra = None
+        if tl.estimate is not None and r.fit is not None:
+            extra = r.fit.words()
+        elif extra_header:
+            extra = _fmt(r.value, 1)
+        text = fmt_row(_cells(r, extra))
+        mark = _mark(r)
+        if mark:
+            text = style(f"{text}  {mark}", bold=True, fg="green")
+        lines.append(text)
+    if tl.hidden:
+        names = ", ".join(str(r.row.get("name", r.id)) for r in tl.hidden)
+        lines.append("")
+        lines.append(f"Left out ({len(tl.hidden)}), more than 8 would be needed: {names} (--all shows them)")
+    unmatched = [g for g in tl.machine if not g.spec_id]
+    matched = [g for g in tl.machine if g.spec_id]
+    lines.append("")
+    if matched:
+        described = [f"{g.label} {g.name or ''} → {g.spec_id} (by {g.matched_by})" for g in matched]
+        lines.append("This machine: " + ", ".join(described))
+    for g in unmatched:
+        why = f"candidates {', '.join(g.candidates)}" if g.candidates else "no row has its PCI id or name"
+        lines.append(f"This machine: {g.label} {g.name or g.pci_id or ''} is not in the table ({why})")
+    if not tl.machine:
+        lines.append(f"This machine: no GPUs found{f' ({origin})' if origin else ''}")
+    sources = table.get("source")
+    lines.append(
+        f"Figures from the vendors' datasheets (each row's source: --format json), read {table.get('retrieved', '?')}; "
+        f"table: rules/data/gpu_specs.yaml" + (f" ({len(sources)} sources)" if isinstance(sources, list) else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_json(tl: TierList, origin: str = "") -> str:
+    rows = []
+    for r in tl.rows + tl.hidden:
+        item = dict(r.row)
+        item["tier"] = r.tier
+        item["sort_value"] = r.value
+        item["this_machine"] = [g.index if g.index is not None else g.bus_id for g in r.local]
+        item["fit"] = r.fit.to_json() if r.fit else None
+        item["shown"] = r not in tl.hidden
+        rows.append(item)
+    doc = {
+        "sort": tl.sort.name,
+        "sort_title": tl.sort.title,
+        "unit": tl.sort.unit,
+        "table": {"source": tl.table.get("source"), "retrieved": tl.table.get("retrieved")},
+        "facts_origin": origin,
+        "machine": [
+            {
+                "index": g.index,
+                "bus_id": g.bus_id,
+                "name": g.name,
+                "pci_id": g.pci_id,
+                "memory_bytes": g.memory_bytes,
+                "spec_id": g.spec_id,
+                "matched_by": g.matched_by or None,
+            }
+            for g in tl.machine
+        ],
+        "workload": tl.estimate.to_json() if tl.estimate else None,
+        "machine_fit": tl.machine_fit,
+        "rows": rows,
+    }
+    return json.dumps(doc, indent=2) + "\n"

@@ -1,0 +1,295 @@
+"""The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
+PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
+
+Formatting only: the layout comes from advice.numa_topology, read from the facts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from ..advice.numa_topology import (
+    RELATIONS,
+    GpuInfo,
+    NicChoice,
+    NicInfo,
+    Topology,
+    allowed_cpus,
+    cpulist,
+    gpus_from_facts,
+    nics_from_facts,
+    pair_nics,
+)
+
+GIB = 1 << 30
+
+Item = Union[GpuInfo, NicInfo]
+
+
+@dataclass
+class Layout:
+    hostname: str
+    topo: Topology
+    gpus: list[GpuInfo]
+    gpu_source: str
+    nics: list[NicInfo]
+    pairs: dict[str, NicChoice]
+    allowed: Any
+    notes: list[str]
+
+
+def layout(facts: Mapping[str, Any]) -> Layout:
+    topo = Topology(facts)
+    gpus, source, notes = gpus_from_facts(facts, topo)
+    nics = nics_from_facts(facts, topo)
+    host = facts.get("host")
+    name = host.get("hostname") if isinstance(host, Mapping) else None
+    return Layout(
+        hostname=name if isinstance(name, str) else "this host",
+        topo=topo,
+        gpus=gpus,
+        gpu_source=source,
+        nics=nics,
+        pairs=pair_nics(gpus, nics),
+        allowed=allowed_cpus(facts, topo),
+        notes=notes,
+    )
+
+
+# --- text -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Branch:
+    key: str
+    children: dict[str, _Branch] = field(default_factory=dict)
+    items: list[Item] = field(default_factory=list)
+
+    def size(self) -> int:
+        return len(self.children) + len(self.items)
+
+
+def _insert(root: _Branch, item: Item, path: list[str] | None) -> None:
+    branch = root
+    for part in (path or [])[:-1]:
+        branch = branch.children.setdefault(part, _Branch(part))
+    branch.items.append(item)
+
+
+def _simplify(branch: _Branch, depth: int) -> None:
+    for child in list(branch.children.values()):
+        _simplify(child, depth + 1)
+    if depth == 0:
+        return  # the host bridges (root complexes) always show
+    for key, child in list(branch.children.items()):
+        # A chain of bridges with one way down (root port -> switch upstream port) shows as its
+        # deepest bridge; a port leading to a single device shows as that device.
+        while not child.items and len(child.children) == 1:
+            child = next(iter(child.children.values()))
+        branch.children[key] = child
+        if not child.children and len(child.items) == 1:
+            branch.items.extend(child.items)
+            del branch.children[key]
+
+
+def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> str:
+    parts = [f"GPU {g.index if g.index is not None else '?'}", g.bus_id]
+    if g.name:
+        parts.append(g.name)
+    gen, width = g.pci_int("link_gen"), g.pci_int("link_width")
+    if gen is not None and width is not None:
+        parts.append(f"Gen{gen} x{width}")
+    active, links = g.nvml_int("nvlink_active"), g.nvml_int("nvlink_links")
+    if active is not None and links:
+        parts.append(f"NVLink {active}/{links}")
+    choice = pairs.get(g.bus_id)
+    if choice is not None:
+        parts.append(f"→ {choice.nic.name}")
+    return "  ".join(parts)
+
+
+def _nic_line(n: NicInfo) -> str:
+    parts = [f"NIC {n.name}", n.bus_id]
+    if n.net:
+        parts.append(",".join(n.net))
+    return "  ".join(parts)
+
+
+def _label(branch: _Branch) -> str:
+    if branch.key.startswith("pci"):
+        return f"host bridge {branch.key}"
+    return f"{'PCIe switch' if branch.size() > 1 else 'PCIe bridge'} {branch.key}"
+
+
+def _sort_key(entry: Any) -> str:
+    return entry.key if isinstance(entry, _Branch) else entry.bus_id
+
+
+def _render_branch(branch: _Branch, prefix: str, lines: list[str], pairs: Mapping[str, NicChoice]) -> None:
+    entries: list[Any] = [*branch.items, *branch.children.values()]
+    entries.sort(key=_sort_key)
+    for i, entry in enumerate(entries):
+        last = i == len(entries) - 1
+        connector = "└── " if last else "├── "
+        if isinstance(entry, _Branch):
+            lines.append(prefix + connector + _label(entry))
+            _render_branch(entry, prefix + ("    " if last else "│   "), lines, pairs)
+        elif isinstance(entry, GpuInfo):
+            lines.append(prefix + connector + _gpu_line(entry, pairs))
+        else:
+            lines.append(prefix + connector + _nic_line(entry))
+
+
+def _node_head(lay: Layout, node_id: int) -> str:
+    topo = lay.topo
+    node = topo.nodes[node_id]
+    packages = topo.packages_of_node(node_id)
+    parts = [f"NUMA node {node_id}"]
+    if packages is not None:
+        parts.append(("socket " if len(packages) == 1 else "sockets ") + ",".join(map(str, sorted(packages))))
+    if node.cpus:
+        cores = len(topo.core_groups(node.cpus))
+        parts.append(f"CPUs {cpulist(node.cpus)} ({cores} cores, {len(node.cpus)} threads)")
+        allowed = node.cpus & lay.allowed.cpus
+        if allowed != node.cpus:
+            if allowed:
+                parts.append(f"allowed here: {cpulist(allowed)} ({len(allowed)} of {len(node.cpus)})")
+            else:
+                parts.append("no CPU allowed here")
+    else:
+        parts.append("no CPUs")
+    if node.memory_bytes is not None:
+        parts.append(f"{node.memory_bytes / GIB:.0f} GiB")
+    return " · ".join(parts)
+
+
+def render_text(facts: Mapping[str, Any]) -> str:
+    lay = layout(facts)
+    topo = lay.topo
+    sockets = {c.package for c in topo.cpus.values() if c.package is not None}
+    smt = {True: ", SMT on", False: ", SMT off", None: ""}[topo.smt_active]
+    head = (
+        f"{lay.hostname} · {len(sockets) or '?'} socket(s) · {len(topo.nodes)} NUMA node(s) · "
+        f"{len(topo.online)} CPUs{smt} · {len(lay.gpus)} GPU(s) (from {lay.gpu_source}) · {len(lay.nics)} RDMA NIC(s)"
+    )
+    lines = [head]
+    if topo.problem:
+        lines.append(f"  {topo.problem}")
+    groups: dict[int | None, list[Item]] = {}
+    for g in lay.gpus:
+        groups.setdefault(g.node if g.node in topo.nodes else None, []).append(g)
+    for n in lay.nics:
+        groups.setdefault(n.node if n.node in topo.nodes else None, []).append(n)
+    for node in sorted(topo.nodes):
+        lines.append("")
+        lines.append(_node_head(lay, node))
+        _render_items(groups.get(node, []), lines, lay.pairs)
+    if None in groups:
+        lines.append("")
+        lines.append("NUMA node unknown")
+        _render_items(groups[None], lines, lay.pairs)
+    if lay.gpus:
+        lines.append("")
+        lines.extend(_table(lay))
+    for note in lay.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicChoice]) -> None:
+    if not items:
+        lines.append("└── (no GPU or RDMA NIC)")
+        return
+    root = _Branch("")
+    for item in items:
+        _insert(root, item, item.path)
+    _simplify(root, 0)
+    _render_branch(root, "", lines, pairs)
+
+
+def _table(lay: Layout) -> list[str]:
+    rows = [("GPU", "bus id", "NUMA node", "local CPUs (allowed)", "NVLink", "nearest RDMA NIC")]
+    for g in lay.gpus:
+        if g.node is not None and g.node in lay.topo.nodes:
+            local = lay.topo.nodes[g.node].cpus & lay.allowed.cpus
+            cpus = cpulist(local) if local else "none allowed"
+            node = str(g.node)
+        else:
+            cpus, node = "?", "?"
+        active, links = g.nvml_int("nvlink_active"), g.nvml_int("nvlink_links")
+        nvlink = f"{active}/{links}" if active is not None and links else "-"
+        choice = lay.pairs.get(g.bus_id)
+        nic = f"{choice.nic.name} ({choice.relation})" if choice else "-"
+        rows.append((str(g.index if g.index is not None else "?"), g.bus_id, node, cpus, nvlink, nic))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    sources = sorted({g.node_source for g in lay.gpus if g.node_source != "sysfs numa_node"})
+    for source in sources:
+        out.append(f"NUMA node from: {source}")
+    return out
+
+
+# --- json -----------------------------------------------------------------------------------------
+
+
+def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
+    lay = layout(facts)
+    topo = lay.topo
+    nodes = []
+    for node in sorted(topo.nodes.values(), key=lambda n: n.id):
+        packages = topo.packages_of_node(node.id)
+        nodes.append({
+            "id": node.id,
+            "cpus": cpulist(node.cpus) if node.cpus else "",
+            "cores": len(topo.core_groups(node.cpus)),
+            "threads": len(node.cpus),
+            "sockets": sorted(packages) if packages is not None else None,
+            "allowed_cpus": cpulist(node.cpus & lay.allowed.cpus) if node.cpus & lay.allowed.cpus else "",
+            "memory_bytes": node.memory_bytes,
+        })
+    gpus = []
+    for g in lay.gpus:
+        choice = lay.pairs.get(g.bus_id)
+        gpus.append({
+            "index": g.index,
+            "bus_id": g.bus_id,
+            "uuid": g.uuid,
+            "name": g.name,
+            "numa_node": g.node,
+            "numa_node_source": g.node_source,
+            "pci_path": g.path,
+            "link_gen": g.pci_int("link_gen"),
+            "link_width": g.pci_int("link_width"),
+            "nvlink_active": g.nvml_int("nvlink_active"),
+            "nvlink_links": g.nvml_int("nvlink_links"),
+            "nearest_nic": None
+            if choice is None
+            else {"rdma_device": choice.nic.name, "bus_id": choice.nic.bus_id, "relation": choice.relation},
+        })
+    return {
+        "format": 1,
+        "hostname": lay.hostname,
+        "gpu_source": lay.gpu_source,
+        "numa_nodes": nodes,
+        "gpus": gpus,
+        "nics": [
+            {
+                "rdma_devices": n.rdma,
+                "net_devices": n.net,
+                "bus_id": n.bus_id,
+                "numa_node": n.node,
+                "pci_path": n.path,
+            }
+            for n in lay.nics
+        ],
+        "relations": list(RELATIONS.values()),
+        "notes": lay.notes,
+    }
+
+
+def render_json(facts: Mapping[str, Any]) -> str:
+    return json.dumps(to_json(facts), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,97 @@
+"""`gpudoctor topo`: a person sees at a glance which GPU and NIC sits on which node, bridge and switch."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoctor.cli import run
+from tests.conftest import HOSTS, REPO
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = run(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def section(text: str, head: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] == ""), len(lines))
+    return lines[start:end]
+
+
+def test_dgx_tree_puts_each_gpu_and_hca_under_its_node_bridge_and_switch(capsys):
+    code, out, err = cli(capsys, "topo", "--root", str(HOSTS / "numa-dgx-8gpu"))
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "dgx-01 · 2 socket(s) · 2 NUMA node(s) · 224 CPUs, SMT on · 8 GPU(s) (from NVML) · 5 RDMA NIC(s)"
+    )
+    node0 = section(out, "NUMA node 0")
+    assert node0[0] == "NUMA node 0 · socket 0 · CPUs 0-55,112-167 (56 cores, 112 threads) · 128 GiB"
+    assert node0[1:10] == [
+        "├── host bridge pci0000:15",
+        "│   ├── PCIe switch 0000:16:00.0",
+        "│   │   ├── GPU 0  0000:18:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_0",
+        "│   │   ├── GPU 1  0000:19:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_0",
+        "│   │   └── NIC mlx5_0  0000:1a:00.0  ibp26s0",
+        "│   └── NIC mlx5_4  0000:1d:00.0  enp29s0f0np0",
+        "└── host bridge pci0000:37",
+        "    └── PCIe switch 0000:38:00.0",
+        "        ├── GPU 2  0000:3a:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_1",
+    ]
+    node1 = "\n".join(section(out, "NUMA node 1"))
+    assert "GPU 7  0000:bb:00.0" in node1 and "NIC mlx5_3" in node1 and "GPU 0 " not in node1
+    table = section(out, "GPU  bus id")
+    assert table[1].split() == ["0", "0000:18:00.0", "0", "0-55,112-167", "18/18", "mlx5_0", "(same", "PCIe",
+                                "switch)"]
+    assert table[8].split()[:4] == ["7", "0000:bb:00.0", "1", "56-111,168-223"]
+
+
+def test_container_view_marks_the_cpus_it_may_use(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-container-limited"))
+    assert code == 0
+    assert "NUMA node 0 · socket 0 · CPUs 0-15 (16 cores, 16 threads) · allowed here: 2-9 (8 of 16)" in out
+    assert "NUMA node 1 · socket 1 · CPUs 16-31 (16 cores, 16 threads) · no CPU allowed here" in out
+    assert "1    0000:b1:00.0  1          none allowed" in out
+    assert "0000:17:00.0, 0000:ca:00.0 are on the PCI bus but not listed by NVML" in out
+
+
+def test_gpus_without_a_node_are_shown_apart(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-vm-2node"))
+    assert code == 0
+    unknown = section(out, "NUMA node unknown")
+    assert unknown[1] == "└── host bridge pci0000:00" and len(unknown) == 6
+    assert "NUMA node from: sysfs numa_node is -1 and NVML names no single node" in out
+
+
+def test_topo_of_a_snapshot_in_json(capsys):
+    snapshot = str(REPO / "tests" / "fixtures" / "snapshots" / "h200-x2.json")
+    code, out, _ = cli(capsys, "topo", "--facts", snapshot, "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert [(g["index"], g["bus_id"], g["numa_node"], g["nvlink_active"]) for g in data["gpus"]] == [
+        (0, "0000:00:06.0", 0, 18),
+        (1, "0000:00:07.0", 0, 18),
+    ]
+    assert data["gpus"][0]["numa_node_source"] == "NVML memory affinity; sysfs numa_node is -1"
+    assert data["numa_nodes"] == [{"id": 0, "cpus": "0-31", "cores": 32, "threads": 32, "sockets": [0],
+                                   "allowed_cpus": "0-31", "memory_bytes": 6135726080}]
+
+
+def test_json_names_each_gpus_nearest_nic(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-1socket-4ccx"), "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert [g["nearest_nic"]["relation"] for g in data["gpus"]] == [
+        "same NUMA node, different host bridge", "same NUMA node, different host bridge",
+        "same PCIe host bridge", "same NUMA node, different host bridge",
+    ]
+    assert data["nics"][0]["pci_path"] == ["pci0000:80", "0000:80:03.1", "0000:82:00.0"]
+
+
+def test_bad_snapshot_exits_2(capsys, tmp_path):
+    bad = tmp_path / "host.json"
+    bad.write_text("{not json")
+    code, out, err = cli(capsys, "topo", "--facts", str(bad))
+    assert code == 2 and out == "" and err.count("\n") == 1

@@ -38,8 +38,8 @@ step "gpudoctor run --numa --no-numactl --membind --gpu 1 (sched_setaffinity + s
 step "gpudoctor run --numa --gpu 7 (must exit 2 in one line on a 2-GPU host)"
 "$PY" -m gpudoctor run --numa --gpu 7 -- true; echo "exit $?"
 
-step "torchrun --nproc-per-node 2 --no-python gpudoctor run --numa --strategy exclusive -- python -c AFFINITY"
-"$PY" -m torch.distributed.run --nproc-per-node 2 --no-python \
+step "torchrun --nproc-per-node 2 --no-python -- gpudoctor run --numa --strategy exclusive -- python -c AFFINITY"
+"$PY" -m torch.distributed.run --nproc-per-node 2 --no-python -- \
   "$PY" -m gpudoctor run --numa --strategy exclusive -- "$PY" -c "$AFF"; echo "exit $?"
 
 step "gpudoctor topo"

@@ -71,7 +71,12 @@ class ProbeContext:
 def read_environ(path: Path) -> dict[str, str] | None:
     """Parse a NUL-separated environ file (proc/<pid>/environ)."""
     try:
-        raw = path.read_bytes()
+        # O_NONBLOCK: a FIFO in a fixture or mounted tree must not hang start-up
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            raw = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
     except OSError:
         return None
     env: dict[str, str] = {}

@@ -146,6 +146,9 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file 0600; give it the mode a plain open() would, so that reports
+        # written into a shared directory (one per rank) stay readable by whoever collects them.
+        os.fchmod(fd, _new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -159,6 +162,12 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
+def _new_file_mode() -> int:
+    umask = os.umask(0o022)  # the only portable way to read it is to set it
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a snapshot file; raise SnapshotError with a clear message."""
     try:
@@ -170,6 +179,24 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     return parse_snapshot(text, str(path))
 
 
+# A snapshot is a handful of levels deep; validating and converting one walk it recursively, so a
+# file nested hundreds of levels deep (by accident or on purpose) is refused before that.
+MAX_SNAPSHOT_DEPTH = 64
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
 def parse_snapshot(text: str, origin: str = "<snapshot>") -> dict[str, Any]:
     try:
         data = json.loads(text)
@@ -177,8 +204,12 @@ def parse_snapshot(text: str, origin: str = "<snapshot>") -> dict[str, Any]:
         raise SnapshotError(
             f"{origin}: not a gpudoctor snapshot: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise SnapshotError(f"{origin}: not a gpudoctor snapshot: top level is {type(data).__name__}, not an object")
+    if _deeper_than(data, MAX_SNAPSHOT_DEPTH):
+        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: nested deeper than {MAX_SNAPSHOT_DEPTH} levels")
     version = data.get("schema_version")
     if version is None:
         raise SnapshotError(f"{origin}: not a gpudoctor snapshot: no schema_version")

@@ -15,6 +15,13 @@ What blocks (the verdict is no-go when at least one finding blocks):
   as nvml-not-responding, and a device test that did not finish) — blocks when it can block and
   the policy is fail-closed (the default). Under ``on_cannot_check: fail-open`` it does not block
   and is reported as not judged, except for required checks, which must always be judged.
+- Except: a check whose inputs are unavailable only because this process may not read them
+  (reason ``no_permission``: the kernel log for a user without CAP_SYSLOG) or because the hardware
+  or driver has no such feature (``not_supported``) says nothing about the machine's health; it
+  is reported as not judged and blocks only when required. Unavailable for any other reason
+  (``timeout``, ``error``, ``driver_not_loaded``, ``not_found``) means something did not answer
+  or is missing, and fail-closed blocks on it. (Whether this process can use the GPUs at all is
+  its own check: nvidia-device-nodes-not-accessible.)
 - Checks under ``ignore`` are not run at all; a required check that does not apply to this
   machine (status skip) does not block.
 
@@ -647,6 +654,19 @@ class GateReport:
         return out
 
 
+# Reasons that say "gpudoctor may not look here" or "there is nothing to look at", not "the machine
+# did not answer": such a check is not judged and blocks only when required.
+NOT_VISIBLE_REASONS = ("no_permission", "not_supported")
+
+
+def not_visible(f: Finding) -> bool:
+    """An unknown finding whose facts are unavailable for lack of permission or of the feature."""
+    if f.status is not Status.UNKNOWN or not f.cause:
+        return False
+    reason = f.cause.partition(": ")[2].split(" ", 1)[0]
+    return reason in NOT_VISIBLE_REASONS
+
+
 def judge(
     facts: Mapping[str, Any],
     ruleset: Any,
@@ -686,7 +706,7 @@ def judge(
         if not cannot_check:
             if can_block:
                 blocking.append(f)
-        elif can_block and (policy.fail_closed or is_required):
+        elif can_block and (is_required or (policy.fail_closed and not not_visible(f))):
             blocking.append(f)
         else:
             not_judged.append(f)

@@ -23,7 +23,7 @@ def test_shell_plan_has_one_runnable_numactl_line_per_gpu():
         assert shlex.split(line)[0] == "numactl"
     assert "# cuda:4 = GPU 4 · 0000:9a:00.0 · NVIDIA H100 80GB HBM3 · GPU-d9000004" in text
     assert "nearest RDMA NIC: mlx5_2 (0000:9c:00.0, same PCIe switch)" in text
-    assert "torchrun --nproc-per-node 8 --no-python gpudoctor run --numa -- python train.py" in text
+    assert "torchrun --nproc-per-node 8 --no-python -- gpudoctor run --numa -- python train.py" in text
 
 
 def test_shell_plan_says_why_a_gpu_gets_no_line():

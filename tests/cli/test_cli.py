@@ -205,10 +205,8 @@ def test_real_h200_snapshot_judged_offline_has_no_failures(capsys):
     code, out, _ = cli(capsys, "check", "--facts", str(snap), "--format", "json")
     report = json.loads(out)
     assert code == 0 and report["summary"]["fail"] == 0
-    # The snapshot predates the kernel_log section: the Xid rules are unknown ("not in the facts")
-    # until it is captured again; nothing else may be unknown.
     unknown = [f for f in report["findings"] if f["status"] == "unknown"]
-    assert all(f["rule"].startswith("xid-") and "in the facts" in f["detail"] for f in unknown), unknown
+    assert unknown == []
     gpus = {f["subject"]["bus_id"] for f in report["findings"] if f["subject"]["kind"] == "gpu"}
     assert gpus == {"0000:00:06.0", "0000:00:07.0"}
 

@@ -92,7 +92,8 @@ def test_snapshot_is_judged_like_the_root(capsys, tmp_path):
 def test_help_documents_what_blocks_and_the_exit_statuses(capsys):
     code, out, _ = cli(capsys, "gate", "--help")
     assert code == 0
-    for needle in ("fail-closed", "--fail-open", "required", "could not be judged", "0  go", "1  no-go", "2  the gate"):
+    needles = ("fail-closed", "--fail-open", "required", "could not be judged", "no_permission", "not_supported")
+    for needle in (*needles, "0  go", "1  no-go", "2  the gate"):
         assert needle in out, needle
 
 

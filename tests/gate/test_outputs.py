@@ -26,7 +26,7 @@ def report_of(name: str, **policy):
 
 def unknown_report(fail_closed: bool):
     data = copy.deepcopy(facts("healthy-2gpu"))
-    data["nvml"]["gpus"][1]["pcie_width"] = Unavailable("not_supported", "no width")
+    data["nvml"]["gpus"][1]["pcie_width"] = Unavailable("error", "nvmlDeviceGetCurrPcieLinkWidth: Unknown Error")
     return judge(data, ruleset(), Policy(fail_closed=fail_closed))
 
 

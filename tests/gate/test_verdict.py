@@ -50,7 +50,7 @@ def test_ignored_checks_are_not_run():
     assert report.go and not [f for f in report.findings if f.area == "pcie"]
 
 
-def _with_unavailable(field: str, gpu: int = 1, reason: str = "not_supported"):
+def _with_unavailable(field: str, gpu: int = 1, reason: str = "error"):
     data = copy.deepcopy(facts("healthy-2gpu"))
     data["nvml"]["gpus"][gpu][field] = Unavailable(reason, f"{field} could not be read")
     return data
@@ -63,6 +63,31 @@ def test_unknown_error_check_blocks_fail_closed_and_not_fail_open():
     assert "pcie-width-degraded" in closed.lines[0].text and "GPU 1" in closed.lines[0].text
     opened = gate_of(data, fail_closed=False)
     assert opened.go and [f.rule_id for f in opened.not_judged] == ["pcie-width-degraded"]
+
+
+@pytest.mark.parametrize("reason", ["no_permission", "not_supported"])
+def test_facts_this_process_may_not_read_or_the_gpu_lacks_do_not_block(reason):
+    data = _with_unavailable("pcie_width", reason=reason)
+    report = gate_of(data)  # fail-closed
+    assert report.go and [f.rule_id for f in report.not_judged] == ["pcie-width-degraded"]
+    # unless the policy requires the check to be judged
+    required = gate_of(data, required=("pcie-width-degraded",))
+    assert not required.go and required.blocking[0].status is Status.UNKNOWN
+
+
+@pytest.mark.parametrize("reason", ["timeout", "error", "driver_not_loaded", "not_found"])
+def test_facts_that_did_not_answer_or_are_missing_block_fail_closed(reason):
+    assert not gate_of(_with_unavailable("pcie_width", reason=reason)).go
+
+
+def test_kernel_log_out_of_reach_of_a_user_does_not_block(tmp_path):
+    """Ubuntu's dmesg_restrict: a job script without root cannot read the Xids."""
+    data = copy.deepcopy(facts("healthy-2gpu"))
+    data["kernel_log"] = Unavailable("no_permission", "/dev/kmsg: permission denied")
+    report = gate_of(data)
+    xid = [f for f in report.findings if f.rule_id == "xid-fatal-in-kernel-log"]
+    assert xid and all(f.status is Status.UNKNOWN for f in xid)
+    assert report.go
 
 
 def test_required_checks_must_be_judged_even_fail_open():

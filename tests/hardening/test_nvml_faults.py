@@ -123,14 +123,14 @@ def read(answers: dict[str, Any], parallel: bool = True) -> dict[str, Any]:
     return sink.result()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def call_order() -> list[str]:
     backend = ReplayNVML(healthy())
     nvml.read_nvml(backend, nvml.Assembler(), 1, 1, parallel=False)
     return list(dict.fromkeys(backend.calls))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def field_order() -> list[str]:
     """GPU fields in the order the probe reads them."""
     out: list[str] = []

@@ -182,7 +182,7 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
         strategy = "" if plan.strategy == "node" else f" --strategy {plan.strategy}"
         membind = " --membind" if plan.membind else ""
         lines.append(
-            f"#   torchrun --nproc-per-node {len(plan.bindings)} --no-python gpudoctor run --numa{strategy}{membind}"
+            f"#   torchrun --nproc-per-node {len(plan.bindings)} --no-python -- gpudoctor run --numa{strategy}{membind}"
             " -- python train.py"
         )
         lines.append(f"#   srun ... gpudoctor run --numa{strategy}{membind} -- python train.py   (uses SLURM_LOCALID)")

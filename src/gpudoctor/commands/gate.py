@@ -19,6 +19,10 @@ What blocks (exit status 1, no-go):
     test did not finish). --fail-open lets the gate say go and lists
     them as not judged, except required checks, which always block
     unless they pass or do not apply.
+  - not blocking unless required: a check whose facts this process
+    may not read (no_permission, e.g. the kernel log without root)
+    or the hardware does not have (not_supported); it is listed as
+    not judged.
 On no-go the first lines name every blocking finding: check id,
 subject, what, and the fix; checks that could not run for one cause
 (e.g. NVML did not answer) are folded into one line naming it.

@@ -2,8 +2,12 @@
 
 Meant to sit between a launcher and each worker::
 
-    torchrun --nproc-per-node 8 --no-python gpudoctor run --numa -- python train.py
+    torchrun --nproc-per-node 8 --no-python -- gpudoctor run --numa -- python train.py
     srun --ntasks-per-node 8 gpudoctor run --numa -- python train.py
+
+The `--` after --no-python matters: torchrun 2.9 and newer has a --numa-binding option, and
+without it torchrun rejects the `--numa` meant for gpudoctor as an ambiguous abbreviation
+(seen on a 2 x H200 host with torch 2.11).
 
 The GPU is --gpu N, else LOCAL_RANK (torchrun), else SLURM_LOCALID, else the first GPU the job
 sees; N counts the GPUs the job sees (cuda:N, after CUDA_VISIBLE_DEVICES). Where a rank

@@ -11,7 +11,8 @@ from ..cli import load_ruleset, obtain_facts, root_options
 SELECT_HELP = """\b
 Usage in a job script:
   export CUDA_DEVICE_ORDER=PCI_BUS_ID
-  export CUDA_VISIBLE_DEVICES=$(gpudoctor select -n 2 --min-free-memory 40) || exit 1
+  CUDA_VISIBLE_DEVICES=$(gpudoctor select -n 2 --min-free-memory 40) || exit 1
+  export CUDA_VISIBLE_DEVICES
 
 \b
 Chosen: GPUs NVML lists, with no failed check at or above --fail-on,

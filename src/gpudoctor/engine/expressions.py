@@ -231,6 +231,9 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         super().__init__(**kwargs)
         # id -> (value, size) of the large values built so far, so nothing is measured twice
         self._sizes: dict[int, tuple[Any, int]] = {}
+        # Whether the node being evaluated builds its value (facts and constants are not
+        # measured: they are bounded by the snapshot and the rule file they come from).
+        self._builds = False
 
     def cells(self, value: Any) -> int:
         size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
@@ -241,13 +244,18 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
     def _check_disallowed_items(self, item: Any) -> None:
         # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
         # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
-        self.cells(item)
+        if self._builds:
+            self.cells(item)
         if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= _PLAIN:
             return  # nothing in a flat list of plain values can be a module or a function
         super()._check_disallowed_items(item)
 
     def _eval(self, node: ast.AST) -> Any:
-        value = super()._eval(node)
+        outer, self._builds = self._builds, isinstance(node, (ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call))
+        try:
+            value = super()._eval(node)  # (children set and restore the flag before this node's check)
+        finally:
+            self._builds = outer
         if isinstance(node, (ast.List, ast.Tuple, ast.Call)):
             self.cells(value)
         elif isinstance(node, ast.UnaryOp) and isinstance(value, int):

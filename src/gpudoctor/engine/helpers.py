@@ -195,7 +195,7 @@ def cuda_visible_count(value: Any, gpus: list[Any]) -> int:
     for entry in (e.strip() for e in str(value).split(",")):
         if not entry:
             break
-        if entry.isdigit():
+        if entry.isdecimal():
             if int(entry) >= len(nvidia):
                 break
             key = f"index:{int(entry)}"
@@ -236,7 +236,7 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         if entry in seen:
             return f"{entry} is listed twice"
         seen.add(entry)
-        if entry.lstrip("-").isdigit():
+        if entry.lstrip("-").isdecimal():
             idx = int(entry)
             if idx < 0:
                 return f"{entry} is negative"
@@ -265,12 +265,24 @@ def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
     """
     node_ids = []
     for node in nodes:
-        cpus = _get(node, "cpus")
-        node_id = _get(node, "id")
+        # An unreadable cpulist or GPU node makes the count unknown (the rule's status too):
+        # skipping it would count that node's GPUs nowhere and report an imbalance that is not there.
+        cpus = _required(node, "cpus")
+        node_id = _required(node, "id")
         if isinstance(cpus, list) and cpus and isinstance(node_id, int):
             node_ids.append(node_id)
-    placed = [_get(g, "numa_node") for g in gpus]
+    if not node_ids:
+        from ..facts import Unavailable
+        from .expressions import FactUnavailable
+
+        raise FactUnavailable("numa.nodes", Unavailable("error", "no NUMA node lists a CPU"))
+    placed = [_required(g, "numa_node") for g in gpus]
     return [sum(1 for n in placed if n == node_id) for node_id in node_ids]
+
+
+def _required(view: Any, name: str) -> Any:
+    """Like _get, but an unavailable fact raises FactUnavailable, which makes the rule unknown."""
+    return view.get(name) if hasattr(view, "get") else view[name]
 
 
 def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: Any) -> str:
@@ -315,7 +327,7 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
         if entry in seen:
             return f"{entry} is listed twice"
         seen.add(entry)
-        if entry.lstrip("-").isdigit():
+        if entry.lstrip("-").isdecimal():
             idx = int(entry)
             if idx < 0:
                 return f"{entry} is negative: CUDA ignores it and every entry after it"

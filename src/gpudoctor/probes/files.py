@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,17 @@ T = TypeVar("T")
 MAX_READ = 1 << 20
 
 
-def unavailable_from_oserror(path: Path, exc: OSError) -> Unavailable:
+def unavailable_from_oserror(path: Path, exc: OSError | ValueError) -> Unavailable:
+    if not isinstance(exc, OSError):  # the os module's answer to a path with a NUL byte
+        return Unavailable("error", f"{str(path)!r} is not a usable path ({exc})")
     if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return Unavailable("not_found", f"{path} does not exist")
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
         return Unavailable("no_permission", f"{path}: permission denied")
     if exc.errno == errno.ELOOP:
         return Unavailable("error", f"{path}: symlink loop")
+    if exc.errno == errno.EFBIG:
+        return Unavailable("error", f"{path}: {exc.strerror}")
     if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV, errno.ENXIO):
         return Unavailable("not_supported", f"{path}: {exc.strerror}")
     return Unavailable("error", f"{path}: {exc.strerror or exc}")
@@ -43,29 +48,40 @@ _CHUNK = 1 << 16
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-def _read_bytes(path: Path) -> bytes:
-    """Up to MAX_READ bytes of a file; raises OSError."""
+def _read_bytes(path: Path, limit: int = MAX_READ, whole: bool = False) -> bytes:
+    """Up to ``limit`` bytes of a file, never waiting on a FIFO or device; raises OSError.
+    With ``whole``, a file longer than ``limit`` raises OSError(EFBIG): parsing the first
+    megabyte of a list would report what happens to fit as the whole list."""
     fd = os.open(path, _OPEN_FLAGS)
     try:
         chunks: list[bytes] = []
         total = 0
-        while total < MAX_READ:
-            chunk = os.read(fd, min(_CHUNK, MAX_READ - total))
+        while total < limit:
+            chunk = os.read(fd, min(_CHUNK, limit - total))
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
+        if whole and total >= limit and os.read(fd, 1):
+            raise OSError(errno.EFBIG, f"longer than {limit} bytes, more than such a file holds", str(path))
     finally:
         os.close(fd)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def read_text(ctx: ProbeContext, absolute: str, *, strip: bool = True) -> str | Unavailable:
-    """Read a text file under the root. Empty files are unavailable (not_found)."""
+def read_file_bytes(path: str | os.PathLike[str], limit: int = MAX_READ) -> bytes:
+    """Up to ``limit`` bytes of a file at a real path (a recorded-answers file, a package's
+    version.py), never waiting on a FIFO planted there; raises OSError."""
+    return _read_bytes(Path(path), limit)
+
+
+def read_text(ctx: ProbeContext, absolute: str, *, strip: bool = True, whole: bool = True) -> str | Unavailable:
+    """Read a text file under the root. Empty files are unavailable (not_found); so are files
+    longer than MAX_READ unless ``whole`` is false (then their first MAX_READ bytes)."""
     path = ctx.path(absolute)
     try:
-        raw = _read_bytes(path)
-    except OSError as exc:
+        raw = _read_bytes(path, whole=whole)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
     text = raw.decode("utf-8", "replace")
     if strip:
@@ -87,8 +103,23 @@ def read_parsed(ctx: ProbeContext, absolute: str, parse: Callable[[str], T]) -> 
         return Unavailable("error", f"{ctx.path(absolute)}: unexpected content {shown!r} ({exc})")
 
 
+def parse_int(text: str, base: int = 10) -> int:
+    """An integer as sysfs and procfs print one; raises ValueError. The kernel prints at most
+    64-bit numbers: a longer string of digits is garbage, not a fact."""
+    value = int(text, base)
+    if not -(1 << 64) < value < (1 << 64):
+        raise ValueError("outside the 64-bit range")
+    return value
+
+
 def read_int(ctx: ProbeContext, absolute: str, base: int = 10) -> int | Unavailable:
-    return read_parsed(ctx, absolute, lambda s: int(s, base))
+    return read_parsed(ctx, absolute, lambda s: parse_int(s, base))
+
+
+# Highest CPU (or memory node) id believed: Linux builds for at most 8192 CPUs (x86 MAXSMP);
+# anything far above is garbage, and a mask sized from it would be huge.
+MAX_CPU_ID = (1 << 16) - 1
+_CPULIST_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -101,20 +132,17 @@ def parse_cpulist(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            lo_s, _, hi_s = part.partition("-")
-            step = 1
-            if ":" in hi_s:  # "0-15:2/4" style is not used by sysfs cpulists; refuse clearly
-                raise ValueError(f"unsupported cpulist range {part!r}")
-            lo, hi = int(lo_s), int(hi_s)
-            if lo < 0 or hi < lo or hi - lo > 65536:
-                raise ValueError(f"bad cpulist range {part!r}")
-            out.extend(range(lo, hi + 1, step))
-        else:
-            value = int(part)
-            if value < 0:
-                raise ValueError(f"negative cpu {part!r}")
-            out.append(value)
+        if ":" in part:  # "0-15:2/4" style is not used by sysfs cpulists; refuse clearly
+            raise ValueError(f"unsupported cpulist range {part!r}")
+        # ASCII digits only: int() would also take "+3", "1_0" and other scripts' digits
+        match = _CPULIST_PART.fullmatch(part)
+        if match is None:
+            raise ValueError(f"bad cpulist entry {part!r}")
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) is not None else lo
+        if hi < lo or hi > MAX_CPU_ID:
+            raise ValueError(f"bad cpulist range {part!r}")
+        out.extend(range(lo, hi + 1))
     return sorted(set(out))
 
 
@@ -135,8 +163,8 @@ def format_cpulist(cpus: list[int]) -> str:
 def read_cpulist(ctx: ProbeContext, absolute: str) -> list[int] | Unavailable:
     path = ctx.path(absolute)
     try:
-        raw = _read_bytes(path)
-    except OSError as exc:
+        raw = _read_bytes(path, whole=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
     try:
         return parse_cpulist(raw.decode("ascii"))
@@ -148,7 +176,7 @@ def list_dir(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
     path = ctx.path(absolute)
     try:
         return sorted(os.listdir(path))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
 
@@ -157,7 +185,7 @@ def resolve_link(ctx: ProbeContext, absolute: str) -> Path | Unavailable:
     path = ctx.path(absolute)
     try:
         os.stat(path)  # raises for missing targets and symlink loops
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
     return Path(os.path.realpath(path))
 
@@ -167,7 +195,7 @@ def link_name(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     path = ctx.path(absolute)
     try:
         return os.path.basename(os.readlink(path))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
 
@@ -204,6 +232,8 @@ def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
         real = ctx.path("/" + "/".join(done))
         try:
             target = os.readlink(real)
+        except ValueError as exc:  # a NUL byte in a path taken from a file's content
+            return unavailable_from_oserror(real, exc)
         except OSError as exc:
             if exc.errno == errno.EINVAL:  # exists and is not a symlink
                 continue
@@ -219,11 +249,15 @@ def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
 
 
 def read_lines(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
-    """Read a text file as lines (for /proc tables such as status, limits, mounts)."""
-    text = read_text(ctx, absolute, strip=False)
+    """Read a text file as lines (for /proc tables such as status, limits, mounts). Each line
+    stands alone, so a table longer than MAX_READ gives its complete lines within that."""
+    text = read_text(ctx, absolute, strip=False, whole=False)
     if isinstance(text, Unavailable):
         return text
-    return text.splitlines()
+    lines = text.splitlines()
+    if len(text.encode("utf-8", "replace")) >= MAX_READ and lines:
+        lines.pop()  # cut short: the last line may be partial
+    return lines
 
 
 def exists(ctx: ProbeContext, absolute: str) -> bool:
@@ -235,9 +269,8 @@ def read_bytes(ctx: ProbeContext, absolute: str, limit: int = MAX_READ) -> bytes
     """Read up to ``limit`` raw bytes of a file under the root (efivars, binary attributes)."""
     path = ctx.path(absolute)
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit)
-    except OSError as exc:
+        return _read_bytes(path, limit)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
 

@@ -31,7 +31,17 @@ from typing import Any, Mapping
 
 from ..context import ProbeContext
 from ..facts import Unavailable
-from .files import exists, parse_cpulist, read_cpulist, read_lines, read_parsed, read_text, resolve_path, run_bounded
+from .files import (
+    exists,
+    parse_cpulist,
+    read_cpulist,
+    read_file_bytes,
+    read_lines,
+    read_parsed,
+    read_text,
+    resolve_path,
+    run_bounded,
+)
 
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "HSA_", "PYTORCH_", "TORCH_", "NVIDIA_",
@@ -225,9 +235,8 @@ def _recorded_python(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavai
     if path is None:
         return absent, absent
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = json.loads(read_file_bytes(path))
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested 1000 deep
         return absent, absent
     if not isinstance(data, dict):
         return absent, absent
@@ -256,7 +265,7 @@ def _mem_total(ctx: ProbeContext) -> int | Unavailable:
     for line in lines:
         if line.startswith("MemTotal:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
+            if len(parts) >= 2 and parts[1].isdecimal():
                 unit = parts[2].lower() if len(parts) > 2 else ""
                 return int(parts[1]) * (1024 if unit == "kb" else 1)
             return Unavailable("error", f"{ctx.path('/proc/meminfo')}: unexpected MemTotal line {line!r}")
@@ -308,7 +317,7 @@ def _memlock(ctx: ProbeContext) -> tuple[int | Unavailable, int | Unavailable]:
 def _limit_value(text: str) -> int | None:
     if text == "unlimited":
         return -1
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdecimal() else None
 
 
 def _memlock_rlimit() -> tuple[int | Unavailable, int | Unavailable]:

@@ -89,7 +89,7 @@ def _parse_kmsg_record(record: str, xids: _Xids) -> None:
         return
     fields = header.split(",")
     seconds = None
-    if len(fields) >= 3 and fields[2].isdigit():
+    if len(fields) >= 3 and fields[2].isdecimal():
         seconds = int(fields[2]) / 1e6
     xids.add(message, seconds)
 

@@ -81,7 +81,7 @@ def _node_mem_total(ctx: ProbeContext, node: int) -> int | Unavailable:
         head, sep, tail = line.partition("MemTotal:")
         if sep:
             parts = tail.split()
-            if head.split()[:1] == ["Node"] and parts and parts[0].isdigit():
+            if head.split()[:1] == ["Node"] and parts and parts[0].isdecimal():
                 unit = parts[1].lower() if len(parts) > 1 else ""
                 return int(parts[0]) * (1024 if unit == "kb" else 1)
             return Unavailable("error", f"{ctx.path(absolute)}: unexpected line {line.strip()!r}")

@@ -1075,7 +1075,7 @@ def run_child(
 def _mask_words(ctx: ProbeContext, absolute: str, fallback: int) -> int:
     ids = read_cpulist(ctx, absolute)
     count = max(ids) + 1 if isinstance(ids, list) and ids else fallback
-    return max(1, int(math.ceil(count / 64)))
+    return max(1, -(-count // 64))  # integers throughout: a float overflows on garbage ids
 
 
 def make_plan(ctx: ProbeContext, mode: str = "probe") -> dict[str, Any]:

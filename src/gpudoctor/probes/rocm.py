@@ -77,7 +77,7 @@ def _render_nodes(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
 
 def _number_suffix(name: str, prefix: str) -> tuple[int, str]:
     digits = name[len(prefix):]
-    return (int(digits), name) if digits.isdigit() else (1 << 30, name)
+    return (int(digits), name) if digits.isdecimal() else (1 << 30, name)
 
 
 def _gfx_targets(ctx: ProbeContext) -> list[str] | Unavailable:

@@ -72,7 +72,7 @@ def cuda_dir_version(ctx: ProbeContext, cuda_dir: str) -> str | Unavailable:
         try:
             data = json.loads(raw)
             release = _release(str(data["cuda"]["version"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested 1000 deep
             release = None
         if release:
             return release

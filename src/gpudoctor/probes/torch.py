@@ -41,7 +41,7 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
-from .files import CommandResult, run_bounded, unavailable_from_oserror
+from .files import CommandResult, read_file_bytes, run_bounded, unavailable_from_oserror
 
 FIELDS = (
     "installed",
@@ -115,8 +115,7 @@ _IMPORT_SCRIPT = (
 def read_version_py(path: str) -> dict[str, Any] | Unavailable:
     """Literal top-level assignments of a version.py (str, None, bool), parsed, never run."""
     try:
-        with open(path, "rb") as fh:
-            source = fh.read(1 << 16)
+        source = read_file_bytes(path, 1 << 16)
     except OSError as exc:
         return unavailable_from_oserror(Path(path), exc)
     try:
@@ -565,16 +564,17 @@ def _valid(field: str, value: Any) -> bool:
 def recorded_facts(path: str) -> dict[str, Any] | Unavailable:
     """The torch section recorded in a fixture root's torch.json, loosely checked."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_file_bytes(path))
     except FileNotFoundError:
         return Unavailable("not_found", "no recorded torch facts in fixture root")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested 1000 deep
         return Unavailable("error", f"{path}: not readable JSON: {exc}")
     try:
         data = from_jsonable(data)
     except SnapshotError as exc:
         return Unavailable("error", f"{path}: {exc}")
+    except RecursionError:
+        return Unavailable("error", f"{path}: nested too deeply")
     if isinstance(data, Unavailable):
         return data
     if not isinstance(data, dict):

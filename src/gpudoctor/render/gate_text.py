@@ -48,6 +48,15 @@ def _cause_words(cause: str) -> str:
     return f"{name} facts unavailable ({reason})"
 
 
+def _why_not_judged(report: Any, f: Finding) -> str:
+    """Why an unjudged check did not block: the policy said fail-open, or gpudoctor may not look."""
+    from ..gate import not_visible
+
+    if not_visible(f):
+        return f.cause.partition(": ")[2].split(" ", 1)[0].replace("_", " ")
+    return str(report.policy.on_cannot_check)
+
+
 def _row(f: Finding, style: Style, note: str = "") -> str:
     b = badge(f)
     status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
@@ -87,15 +96,15 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
         not_judged = {id(f) for f in report.not_judged}
         for cause, group in folded.items():
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
-            would = sum(1 for f in group if f.severity.rank >= report.policy.fail_on.rank)
-            note = f"  [{would} not judged: {report.policy.on_cannot_check}]" if would else ""
+            would = [f for f in group if f.severity.rank >= report.policy.fail_on.rank]
+            note = f"  [{len(would)} not judged: {_why_not_judged(report, would[0])}]" if would else ""
             lines.append(f"  {status} {len(group)} checks could not be judged: {_cause_words(cause)}{note}")
         for f in shown:
             note = ""
             if report.is_blocking(f):
                 note = "  [blocking]"
             elif id(f) in not_judged and report.cannot_check(f) and f.severity.rank >= report.policy.fail_on.rank:
-                note = f"  [not judged: {report.policy.on_cannot_check}]"
+                note = f"  [not judged: {_why_not_judged(report, f)}]"
             lines.append(_row(f, style, note))
             if verbose and f.detail and f.status is not Status.PASS:
                 lines.append(f"          why:  {f.detail}")
@@ -125,7 +134,8 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
         if report.not_judged:
             judged_out = [f for f in report.not_judged if f.severity.rank >= report.policy.fail_on.rank]
             if judged_out:
-                note = f" — {len(judged_out)} check(s) could not be judged ({report.policy.on_cannot_check})"
+                why = ", ".join(dict.fromkeys(_why_not_judged(report, f) for f in judged_out))
+                note = f" — {len(judged_out)} check(s) could not be judged ({why})"
         lines.append(style(f"Verdict: GO{note}", fg="green", bold=True))
     else:
         lines.append(

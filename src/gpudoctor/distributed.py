@@ -67,7 +67,7 @@ def own_gpu(facts: Mapping[str, Any], local_rank: int, torch: Any = None) -> str
         index = None
         if local_rank < len(entries):
             entry = entries[local_rank]
-            if entry.isdigit():
+            if entry.isascii() and entry.isdigit():
                 index = int(entry)
             elif entry.startswith("GPU-"):
                 match = [g for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"].startswith(entry)]

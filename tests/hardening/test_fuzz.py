@@ -36,7 +36,7 @@ def fuzz(examples: int) -> Any:
 
 # --- cpulists ---------------------------------------------------------------------------------
 
-@fuzz(300)
+@fuzz(150)
 @given(st.lists(st.integers(min_value=0, max_value=MAX_CPU_ID), max_size=200))
 def test_cpulist_round_trip(cpus: list[int]) -> None:
     text = format_cpulist(cpus)
@@ -44,7 +44,7 @@ def test_cpulist_round_trip(cpus: list[int]) -> None:
     assert format_cpulist(parse_cpulist(text)) == text
 
 
-@fuzz(300)
+@fuzz(100)
 @given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 64)), max_size=20))
 def test_cpulist_ranges_in_any_order(ranges: list[tuple[int, int]]) -> None:
     text = ",".join(f"{lo}-{lo + span}" if span else str(lo) for lo, span in ranges)
@@ -55,7 +55,7 @@ def test_cpulist_ranges_in_any_order(ranges: list[tuple[int, int]]) -> None:
 CPULIST_TOKENS = st.sampled_from(list("0123456789,- \n:/x\u00b2\u0663_+") + ["99999", "65535", "65536", "\x00"])
 
 
-@fuzz(400)
+@fuzz(200)
 @given(st.lists(CPULIST_TOKENS, max_size=20).map("".join) | st.text(max_size=40))
 def test_cpulist_any_text(text: str) -> None:
     fuzzing.check_cpulist(text)
@@ -63,7 +63,7 @@ def test_cpulist_any_text(text: str) -> None:
 
 # --- PCIe link speed ------------------------------------------------------------------------
 
-@fuzz(100)
+@fuzz(40)
 @given(st.sampled_from(sorted(GEN_BY_SPEED)), st.sampled_from(["{} GT/s PCIe", "{} GT/s", "{:g} GT/s", "{}GT/s"]))
 def test_link_speed_known_rates(rate: float, form: str) -> None:
     from gpudoctor.probes.pci import link_gen, parse_link_speed
@@ -72,7 +72,7 @@ def test_link_speed_known_rates(rate: float, form: str) -> None:
     assert speed == rate and link_gen(speed) == GEN_BY_SPEED[rate]
 
 
-@fuzz(400)
+@fuzz(200)
 @given(st.lists(st.sampled_from([*"0123456789. \n", "GT/s", "PCIe", "Unknown", "\u00b2", "e", "-", "9" * 400]),
                 max_size=12).map("".join)
        | st.text(max_size=30))
@@ -80,13 +80,13 @@ def test_link_speed_any_text(text: str) -> None:
     fuzzing.check_link_speed(text)
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.text(max_size=200))
 def test_os_release_any_text(text: str) -> None:
     fuzzing.check_os_release(text)
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.text(st.sampled_from(list("0123456789kmgtKMGTb%-+ ") + ["\u00b2"]), max_size=25))
 def test_shm_size_option(text: str) -> None:
     fuzzing.check_size_option(text)
@@ -117,7 +117,7 @@ FILE_STRATEGIES = {
 }
 
 
-@fuzz(60)
+@fuzz(40)
 @given(st.sampled_from(sorted(FILE_STRATEGIES)).flatmap(lambda t: st.tuples(st.just(t), FILE_STRATEGIES[t])))
 def test_file_readers_any_content(case: tuple[str, bytes]) -> None:
     target, data = case
@@ -131,7 +131,7 @@ def test_file_readers_each_get_examples() -> None:
 
 
 def reader_fuzz(target: str, strategy: st.SearchStrategy[bytes]) -> Any:
-    @fuzz(25)
+    @fuzz(15)
     @given(strategy)
     def one(data: bytes) -> None:
         fuzzing.check_file(target, data)
@@ -148,13 +148,13 @@ JSON = st.recursive(
 )
 
 
-@fuzz(200)
+@fuzz(100)
 @given(JSON)
 def test_snapshot_any_json(value: Any) -> None:
     fuzzing.check_snapshot_text(json.dumps(value))
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.binary(max_size=300))
 def test_snapshot_any_bytes(data: bytes) -> None:
     fuzzing.check_snapshot_bytes(data)
@@ -182,7 +182,7 @@ REPLACEMENTS = (
 )
 
 
-@fuzz(120)
+@fuzz(40)
 @given(st.lists(st.tuples(st.sampled_from(REAL_PATHS), st.none() | REPLACEMENTS), min_size=1, max_size=4))
 def test_real_snapshot_mutated(edits: list[tuple[tuple[Any, ...], Any]]) -> None:
     """Small edits to the real 2 x H200 snapshot (a value replaced or a key deleted): refused with
@@ -232,19 +232,19 @@ EXPRESSIONS = st.recursive(
 )
 
 
-@fuzz(400)
+@fuzz(200)
 @given(EXPRESSIONS)
 def test_expression_grammar(source: str) -> None:
     fuzzing.check_expression(source)
 
 
-@fuzz(300)
+@fuzz(150)
 @given(st.text(max_size=80))
 def test_expression_any_text(source: str) -> None:
     fuzzing.check_expression(source)
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.lists(st.text(st.characters(blacklist_characters="{}"), max_size=10) | EXPRESSIONS.map(lambda e: f"{{{e}}}")
                 | st.sampled_from(["{", "}", "{{", "}}", "{:>5}", "{gpu.name:>99}", "{gpu.name!r}", "{0}"]),
                 max_size=5).map("".join))
@@ -252,7 +252,7 @@ def test_template_any_text(source: str) -> None:
     fuzzing.check_template(source)
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.text(max_size=300))
 def test_rule_file_any_text(text: str) -> None:
     fuzzing.check_rule_file(text.encode("utf-8", "surrogatepass"))
@@ -268,7 +268,7 @@ VALUES = (
 )
 
 
-@fuzz(200)
+@fuzz(80)
 @given(
     st.lists(
         st.dictionaries(st.sampled_from(RULE_KEYS) | st.text(max_size=6), VALUES, max_size=14)

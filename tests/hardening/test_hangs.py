@@ -98,42 +98,81 @@ class Outcome:
         self.logged_code = log.get("code")
 
 
-@pytest.fixture
-def gpudoctor(tmp_path: Path) -> Iterator[Any]:
-    """Run `gpudoctor check ARGS` in a child Python; the whole exchange, pipes included, is timed."""
-    wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text(WRAPPER)
-    leftovers: list[int] = []
+def launch(tmp: Path, name: str, args: list[str], mode: str = "plain", env: dict[str, str] | None = None) -> Any:
+    """Start `gpudoctor check ARGS` in a child Python (its own process group); see finish()."""
+    wrapper = tmp / "wrapper.py"
+    if not wrapper.exists():
+        wrapper.write_text(WRAPPER)
+    log = tmp / f"log-{name}.json"
+    full_env = dict(os.environ, GPUDOCTOR_SRC=str(REPO / "src"), **(env or {}))
+    proc = subprocess.Popen(
+        [sys.executable, str(wrapper), str(log), mode, "check", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+    )
+    return proc, log, time.monotonic()
 
-    def run(*args: str, mode: str = "plain", env: dict[str, str] | None = None) -> Outcome:
-        log = tmp_path / f"log-{len(leftovers)}.json"
-        full_env = dict(os.environ, GPUDOCTOR_SRC=str(REPO / "src"), **(env or {}))
-        started = time.monotonic()
-        # its own process group, so that even a run that fails this test leaves nothing behind
-        proc = subprocess.Popen(
-            [sys.executable, str(wrapper), str(log), mode, "check", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=full_env,
-            start_new_session=True,
-        )
-        leftovers.append(proc.pid)
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - started
-        data = json.loads(log.read_text()) if log.exists() else {}
-        outcome = Outcome(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), took, data)
-        leftovers.extend(outcome.started)
-        return outcome
 
-    yield run
-    for pid in leftovers:  # only what these runs started: each pid and the group it leads
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+def finish(launched: Any) -> Outcome:
+    """Wait for a launched run; the whole exchange, pipes to end-of-file included, is timed."""
+    proc, log, started = launched
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - started
+    data = json.loads(log.read_text()) if log.exists() else {}
+    return Outcome(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), took, data)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
+    """Every scenario, run in two batches of concurrent runs (they mostly wait, so the whole
+    takes about as long as the slowest); each test below asserts on its own scenario."""
+    tmp = tmp_path_factory.mktemp("hangs")
+    nvcc = hanging_program(tmp / "tools" / "bin" / "nvcc")
+    python = hanging_program(tmp / "venv" / "bin" / "python")
+    deadlines = ["--nvml-timeout", str(NVML_TIMEOUT), "--timeout", str(TIMEOUT)]
+    # a distribution-style nvcc with no version file beside it: gpudoctor has to ask it
+    nvcc_env = {"PATH": f"{nvcc.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "CUDA_HOME": ""}
+    batches = [
+        {
+            "nvml-init": (hung_root(tmp / "a", dict(healthy(), init={"hang": True})), "plain", None),
+            "nvml-gpu-call": (
+                [*hung_root(tmp / "b", set_answer(healthy(), 1, "nvmlDeviceGetPowerUsage", {"hang": True})),
+                 "--format", "json"],
+                "plain",
+                None,
+            ),
+            "nvml-stuck-child": (hung_root(tmp / "c", dict(healthy(), init={"hang": True})), "stuck-children", None),
+        },
+        {
+            "nvcc": (deadlines, "plain", nvcc_env),
+            "python": (["--python", str(python), *deadlines], "plain", None),
+            "tool-stuck-child": (["--python", str(python), *deadlines], "stuck-children", None),
+        },
+    ]
+    outcomes: dict[str, Outcome] = {}
+    groups: list[int] = []
+    try:
+        for batch in batches:
+            launched = {name: launch(tmp, name, args, mode, env) for name, (args, mode, env) in batch.items()}
+            groups += [item[0].pid for item in launched.values()]
+            for name, item in launched.items():
+                outcomes[name] = finish(item)
+        outcomes["python-path"] = python  # type: ignore[assignment]
+        outcomes["nvcc-path"] = nvcc  # type: ignore[assignment]
+        yield outcomes
+    finally:
+        # only what these runs started: each wrapper's group, each recorded child and the group it leads
+        pids = groups + [pid for o in outcomes.values() if isinstance(o, Outcome) for pid in o.started]
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def running(pid: int) -> bool:
@@ -147,6 +186,7 @@ def assert_answered_in_time(outcome: Outcome, deadline: float) -> None:
     assert outcome.code in (0, 1), outcome.err
     assert outcome.logged_code == outcome.code
     assert "Traceback" not in outcome.err
+    sys.stderr.write(f"answered in {outcome.took:.2f} s\n")
     assert outcome.took < deadline + SLACK, f"took {outcome.took:.2f} s"
 
 
@@ -170,26 +210,34 @@ def assert_nothing_left(outcome: Outcome) -> None:
     assert in_groups(outcome.started) == []
 
 
-def hung_root(tmp_path: Path, answers: dict[str, Any]) -> list[str]:
-    root, sysfs = light_copy("healthy-2gpu", tmp_path / "host")
+def hung_root(tmp: Path, answers: dict[str, Any]) -> list[str]:
+    root, sysfs = light_copy("healthy-2gpu", tmp / "host")
     (root / "nvml.json").write_text(json.dumps(answers))
     return ["--root", str(root), "--sysfs-root", str(sysfs), "--nvml-timeout", str(NVML_TIMEOUT),
             "--timeout", str(TIMEOUT)]
 
 
-def test_nvml_init_hang(tmp_path: Path, gpudoctor: Any) -> None:
-    outcome = gpudoctor(*hung_root(tmp_path, dict(healthy(), init={"hang": True})))
-    assert_answered_in_time(outcome, NVML_TIMEOUT)
+def hanging_program(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # a shell that waits on a grandchild: the whole process group must go
+    path.write_text("#!/bin/sh\nsleep 600\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_nvml_init_hang(runs: dict[str, Outcome]) -> None:
+    outcome = runs["nvml-init"]
+    assert_answered_in_time(outcome, TIMEOUT)
     assert outcome.code == 1
     assert "FAIL    nvml-not-responding" in outcome.out
     assert "NVML did not answer within 1.0 s, stuck in nvmlInit" in outcome.out
+    assert "did not answer in time: NVML did not answer within 1.0 s, stuck in nvmlInit" in outcome.out
     assert_nothing_left(outcome)
 
 
-def test_one_gpu_call_hangs(tmp_path: Path, gpudoctor: Any) -> None:
-    answers = set_answer(healthy(), 1, "nvmlDeviceGetPowerUsage", {"hang": True})
-    outcome = gpudoctor(*hung_root(tmp_path, answers), "--format", "json")
-    assert_answered_in_time(outcome, NVML_TIMEOUT)
+def test_one_gpu_call_hangs(runs: dict[str, Outcome]) -> None:
+    outcome = runs["nvml-gpu-call"]
+    assert_answered_in_time(outcome, TIMEOUT)
     report = json.loads(outcome.out)
     failed = {(f["rule"], f["subject"]["label"]) for f in report["findings"] if f["status"] == "fail"}
     assert ("nvml-not-responding", "host") in failed
@@ -202,27 +250,15 @@ def test_one_gpu_call_hangs(tmp_path: Path, gpudoctor: Any) -> None:
     assert_nothing_left(outcome)
 
 
-def hanging_program(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a shell that waits on a grandchild: the whole process group must go
-    path.write_text("#!/bin/sh\nsleep 600\n")
-    path.chmod(0o755)
-    return path
-
-
-def test_nvcc_that_never_returns(tmp_path: Path, gpudoctor: Any) -> None:
-    # a distribution-style nvcc with no version file beside it: gpudoctor has to ask it
-    nvcc = hanging_program(tmp_path / "tools" / "bin" / "nvcc")
-    env = {"PATH": f"{nvcc.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "CUDA_HOME": ""}
-    outcome = gpudoctor("--nvml-timeout", str(NVML_TIMEOUT), "--timeout", str(TIMEOUT), env=env)
+def test_nvcc_that_never_returns(runs: dict[str, Outcome]) -> None:
+    outcome, nvcc = runs["nvcc"], runs["nvcc-path"]
     assert_answered_in_time(outcome, TIMEOUT)
     assert f"did not answer in time: {nvcc} did not finish within 2.0 s and was killed" in outcome.out
     assert_nothing_left(outcome)
 
 
-def test_python_that_never_returns(tmp_path: Path, gpudoctor: Any) -> None:
-    python = hanging_program(tmp_path / "venv" / "bin" / "python")
-    outcome = gpudoctor("--python", str(python), "--nvml-timeout", str(NVML_TIMEOUT), "--timeout", str(TIMEOUT))
+def test_python_that_never_returns(runs: dict[str, Outcome]) -> None:
+    outcome, python = runs["python"], runs["python-path"]
     assert_answered_in_time(outcome, TIMEOUT)
     assert f"did not answer in time: {python} did not finish within" in outcome.out
     # the probes that only read files still ran: a hung interpreter must not blind gpudoctor to the rest
@@ -233,21 +269,18 @@ def test_python_that_never_returns(tmp_path: Path, gpudoctor: Any) -> None:
     assert_nothing_left(outcome)
 
 
-def test_nvml_child_that_cannot_be_killed(tmp_path: Path, gpudoctor: Any) -> None:
+def test_nvml_child_that_cannot_be_killed(runs: dict[str, Outcome]) -> None:
     """The NVML child ignores SIGKILL and is never reaped: gpudoctor still returns on time, and
     its stdout reaches end-of-file on time (a job script reading $(gpudoctor check) must not wait
     for the stuck child, which would otherwise hold the pipe open)."""
-    outcome = gpudoctor(*hung_root(tmp_path, dict(healthy(), init={"hang": True})), mode="stuck-children")
-    assert_answered_in_time(outcome, NVML_TIMEOUT)
+    outcome = runs["nvml-stuck-child"]
+    assert_answered_in_time(outcome, TIMEOUT)
     assert "stuck in nvmlInit" in outcome.out
     assert outcome.started and running(outcome.started[0])  # it really is still there
 
 
-def test_tool_child_that_cannot_be_killed(tmp_path: Path, gpudoctor: Any) -> None:
-    python = hanging_program(tmp_path / "venv" / "bin" / "python")
-    outcome = gpudoctor(
-        "--python", str(python), "--nvml-timeout", str(NVML_TIMEOUT), "--timeout", str(TIMEOUT), mode="stuck-children"
-    )
+def test_tool_child_that_cannot_be_killed(runs: dict[str, Outcome]) -> None:
+    outcome = runs["tool-stuck-child"]
     assert_answered_in_time(outcome, TIMEOUT)
     assert "did not answer in time" in outcome.out
     assert any(running(pid) for pid in outcome.started)

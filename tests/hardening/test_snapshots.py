@@ -57,7 +57,7 @@ def test_truncated_by_one_byte_at_every_line_end(capsys: pytest.CaptureFixture[s
     """A copy interrupted anywhere: cut at every line end (bounded, so this stays quick)."""
     path = tmp_path / "cut.json"
     ends = [i for i, ch in enumerate(TEXT) if ch == "\n"][:-1]
-    for end in ends[:: max(1, len(ends) // 60)]:
+    for end in ends[:: max(1, len(ends) // 25)]:
         path.write_text(TEXT[:end])
         code, output = check(capsys, path)
         assert_refused(code, output, path, "invalid JSON")
@@ -139,7 +139,7 @@ def test_missing_section(capsys: pytest.CaptureFixture[str], tmp_path: Path, sec
 
 
 @pytest.mark.parametrize("section", SECTIONS)
-@pytest.mark.parametrize("value", [[], "host", 7, None, True])
+@pytest.mark.parametrize("value", [[], "host", None])
 def test_section_of_the_wrong_type(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, section: str, value: Any
 ) -> None:

@@ -42,6 +42,27 @@ def host_copy(dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return host_copy(tmp_path_factory.mktemp("shared") / "host")
+
+
+@pytest.fixture
+def root_with(shared_root: Path) -> Iterator[Callable[[str, bytes], Path]]:
+    """One file of the shared copy replaced for a test, and put back after it."""
+    edited: list[str] = []
+
+    def put(rel: str, data: bytes) -> Path:
+        edited.append(rel)
+        replace(shared_root / rel, data)
+        return shared_root
+
+    yield put
+    for rel in edited:
+        (shared_root / rel).unlink()
+        os.link(SOURCE / rel, shared_root / rel)
+
+
 def files_of(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -132,6 +153,24 @@ def probe(root: Path) -> dict[str, Any]:
         return collect_all(make_context(root=str(root), timeout=20.0, nvml_timeout=5.0))
 
 
+def section(root: Path, name: str) -> Any:
+    """One probe's section (the format tests below need only the probe that reads the file),
+    checked like a whole snapshot: it fits the schema, every unavailable fact says why."""
+    from gpudoctor.probes import host as host_probe
+    from gpudoctor.probes import numa as numa_probe
+    from gpudoctor.probes import pci as pci_probe
+    from tests.helpers.sections import validate_section
+
+    probe_module = {"host": host_probe, "numa": numa_probe, "pci": pci_probe}[name]
+    with fifo_watchdog(root):
+        value = probe_module.collect(make_context(root=str(root), timeout=20.0, nvml_timeout=5.0))
+    validate_section(name, value)
+    for path, leaf in walk(value):
+        if isinstance(leaf, Unavailable):
+            assert leaf.reason in REASONS and leaf.detail.strip(), (path, leaf)
+    return value
+
+
 def check_exits_0_or_1(capsys: pytest.CaptureFixture[str], root: Path) -> str:
     with fifo_watchdog(root):
         code = run(["check", "--root", str(root), "-v"])
@@ -169,7 +208,7 @@ def test_every_file_unreadable(tmp_path: Path, capsys: pytest.CaptureFixture[str
     check_exits_0_or_1(capsys, root)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(6))
 def test_random_mix_of_breakage(tmp_path: Path, seed: int) -> None:
     """A random fifth of the files, each broken its own way (seeded, so a failure replays)."""
     root = host_copy(tmp_path / "host")
@@ -192,8 +231,8 @@ def test_oversized_files_are_read_only_up_to_the_limit(tmp_path: Path) -> None:
 
 # --- formats that real machines write --------------------------------------------------------
 
-def gpu0(snapshot: dict[str, Any]) -> dict[str, Any]:
-    return next(d for d in snapshot["pci"]["devices"] if d["bus_id"] == "0000:18:00.0")
+def gpu0(pci_section: dict[str, Any]) -> dict[str, Any]:
+    return next(d for d in pci_section["devices"] if d["bus_id"] == "0000:18:00.0")
 
 
 @pytest.mark.parametrize(
@@ -213,12 +252,9 @@ def gpu0(snapshot: dict[str, Any]) -> dict[str, Any]:
         ("", "not_found", "not_found"),
     ],
 )
-def test_link_speed_formats(tmp_path: Path, text: str, speed: Any, gen: Any) -> None:
-    root = host_copy(tmp_path / "host")
-    replace(root / GPU0 / "current_link_speed", text.encode())
-    snapshot = probe(root)
-    assert_sound(snapshot)
-    got = gpu0(snapshot)
+def test_link_speed_formats(root_with: Any, text: str, speed: Any, gen: Any) -> None:
+    root = root_with(f"{GPU0}/current_link_speed", text.encode())
+    got = gpu0(section(root, "pci"))
     for value, want in ((got["link_speed_gts"], speed), (got["link_gen"], gen)):
         if isinstance(want, str):
             assert isinstance(value, Unavailable) and value.reason == want, value
@@ -249,12 +285,9 @@ def test_link_speed_formats(tmp_path: Path, text: str, speed: Any, gen: Any) -> 
         ("70000\n", "error"),  # above any CPU id Linux builds for
     ],
 )
-def test_cpulist_formats(tmp_path: Path, text: str, want: Any) -> None:
-    root = host_copy(tmp_path / "host")
-    replace(root / GPU0 / "local_cpulist", text.encode())
-    snapshot = probe(root)
-    assert_sound(snapshot)
-    got = gpu0(snapshot)["local_cpus"]
+def test_cpulist_formats(root_with: Any, text: str, want: Any) -> None:
+    root = root_with(f"{GPU0}/local_cpulist", text.encode())
+    got = gpu0(section(root, "pci"))["local_cpus"]
     if isinstance(want, str):
         assert isinstance(got, Unavailable) and got.reason == want, got
     else:
@@ -262,19 +295,18 @@ def test_cpulist_formats(tmp_path: Path, text: str, want: Any) -> None:
 
 
 @pytest.mark.parametrize(("text", "want"), [("-1\n", -1), ("1\n", 1), ("  0 \n", 0), ("node0\n", "error")])
-def test_numa_node_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, want: Any) -> None:
-    root = host_copy(tmp_path / "host")
-    replace(root / GPU0 / "numa_node", text.encode())
-    snapshot = probe(root)
-    assert_sound(snapshot)
-    got = gpu0(snapshot)["numa_node"]
+def test_numa_node_formats(root_with: Any, capsys: pytest.CaptureFixture[str], text: str, want: Any) -> None:
+    root = root_with(f"{GPU0}/numa_node", text.encode())
+    got = gpu0(section(root, "pci"))["numa_node"]
     if isinstance(want, str):
         assert isinstance(got, Unavailable) and got.reason == want
     else:
         assert got == want
-    # -1 (the firmware gave none, common in VMs) is not a node: the GPU's node comes from NVML
-    out = check_exits_0_or_1(capsys, root)
-    assert "node -1" not in out
+    if want == -1:
+        # -1 (the firmware gave none, common in VMs) is not a node: the GPU's node comes from NVML
+        assert_sound(probe(root))
+        out = check_exits_0_or_1(capsys, root)
+        assert "node -1" not in out
 
 
 @pytest.mark.parametrize(
@@ -290,12 +322,9 @@ def test_numa_node_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], t
         ("MemTotal: \u00b2 kB\n", "error"),  # once crashed the host probe (isdigit, then int)
     ],
 )
-def test_meminfo_formats(tmp_path: Path, text: str, want: Any) -> None:
-    root = host_copy(tmp_path / "host")
-    replace(root / "proc/meminfo", text.encode())
-    snapshot = probe(root)
-    assert_sound(snapshot)
-    got = snapshot["host"]["memory_total_bytes"]
+def test_meminfo_formats(root_with: Any, text: str, want: Any) -> None:
+    root = root_with("proc/meminfo", text.encode())
+    got = section(root, "host")["memory_total_bytes"]
     if isinstance(want, str):
         assert isinstance(got, Unavailable) and got.reason == want, got
     else:
@@ -311,12 +340,9 @@ def test_meminfo_formats(tmp_path: Path, text: str, want: Any) -> None:
         ":::\n",
     ],
 )
-def test_proc_status_formats(tmp_path: Path, status: str) -> None:
-    root = host_copy(tmp_path / "host")
-    replace(root / "proc/self/status", status.encode())
-    snapshot = probe(root)
-    assert_sound(snapshot)
-    assert isinstance(snapshot["host"]["allowed_cpus"], (list, Unavailable))
+def test_proc_status_formats(root_with: Any, status: str) -> None:
+    root = root_with("proc/self/status", status.encode())
+    assert isinstance(section(root, "host")["allowed_cpus"], (list, Unavailable))
 
 
 def test_node_and_cpu_topology_odd_but_valid(tmp_path: Path) -> None:
@@ -326,5 +352,5 @@ def test_node_and_cpu_topology_odd_but_valid(tmp_path: Path) -> None:
     replace(root / "sys/devices/system/cpu/cpu0/topology/thread_siblings_list", b"0,999\n")
     replace(root / "sys/devices/system/node/node0/distance", b"10 twenty\n")
     snapshot = probe(root)
-    assert_sound(snapshot)
+    assert_sound(snapshot)  # with the rules: a CPU in no node and a node with none must not break one
     assert isinstance(snapshot["numa"]["nodes"][0]["distances"], Unavailable)

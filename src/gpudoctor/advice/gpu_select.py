@@ -77,7 +77,7 @@ def _visible(env: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> tuple
         return None, ""
     allowed: set[str] = set()
     for entry in (e.strip() for e in raw.split(",")):
-        if entry.isdigit():
+        if entry.isascii() and entry.isdigit():
             match = [g for g in gpus if g.get("index") == int(entry)]
         elif entry.startswith("GPU-"):
             match = [g for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"].startswith(entry)]

@@ -195,7 +195,7 @@ def _visible(
         entry = raw.strip()
         target: GpuInfo | None = None
         problem = ""
-        if entry.lstrip("-").isdigit():
+        if entry.lstrip("-").isascii() and entry.lstrip("-").isdigit():
             idx = int(entry)
             if 0 <= idx < len(order):
                 target = order[idx]

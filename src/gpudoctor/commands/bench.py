@@ -27,16 +27,21 @@ datasheet (rules/performance.yaml); 2 could not run or could not finish (no torc
 option, the deadline; what was measured is still reported and written)."""
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_gpus(text: str | None) -> list[int] | None:
     if text is None or text.strip().lower() in ("", "all"):
         return None
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if "-" in part and part.split("-", 1)[0].isdigit():
+        if "-" in part and _is_number(part.split("-", 1)[0]):
             lo, hi = (int(x) for x in part.split("-", 1))
             out.extend(range(lo, hi + 1))
-        elif part.isdigit():
+        elif _is_number(part):
             out.append(int(part))
         else:
             fail(f"--gpus {text}: give device indices like 0,1 or 0-3 (or all)")

@@ -239,7 +239,7 @@ def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]
 
 def _index(name: str, value: str) -> int:
     text = value.strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         fail(f"{name}={value!r} is not a GPU index (a whole number from 0)")
     return int(text)
 
@@ -313,9 +313,15 @@ def probe_for_run(
     return facts
 
 
+def _is_index(entry: str) -> bool:
+    """A CUDA_VISIBLE_DEVICES index (ASCII digits, maybe negative), not a UUID."""
+    digits = entry.lstrip("-")
+    return digits.isascii() and digits.isdigit()
+
+
 def _needs_nvml(facts: Mapping[str, Any], env: Mapping[str, str]) -> bool:
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
-    if any(entry.strip() and not entry.strip().lstrip("-").isdigit() for entry in visible.split(",")):
+    if any(entry.strip() and not _is_index(entry.strip()) for entry in visible.split(",")):
         return True  # UUIDs: only NVML knows them
     nodes = facts["numa"].get("nodes")
     with_cpus = [n for n in nodes if n.get("cpus")] if isinstance(nodes, list) else []

@@ -190,7 +190,8 @@ def test_check_on_the_real_host_with_a_blocked_call(tmp_path: Path, clean: dict[
     wrapper = tmp_path / "wrapper.py"
     wrapper.write_text(CLI_WRAPPER)
     env = dict(os.environ, GPUDOCTOR_SRC=str(REPO / "src"), GPUDOCTOR_TESTS=str(Path(__file__).parent),
-               PYTHONPATH=str(REPO))
+               # keep what the interpreter already needs on its path (e.g. carried dependencies)
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, str(wrapper), str(last), "check", "--nvml-timeout", "2", "--timeout", "6", "--format", "json"],

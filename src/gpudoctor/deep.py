@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .findings import HOST, Finding, Status, Subject
+from .probes.files import kill_and_forget
 
 WORKER = Path(__file__).with_name("deep_worker.py")
 MARKER = "@@GPUDOCTOR-DEEP@@"
@@ -132,23 +131,8 @@ class DeepRun:
         return r
 
     def _kill(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            try:
-                proc.kill()
-            except OSError:
-                pass
-        for stream in (proc.stdout, proc.stderr):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        threading.Thread(target=proc.wait, name="reap-deep", daemon=True).start()
+        if self.proc is not None:
+            kill_and_forget(self.proc, "deep")
 
     def result(self) -> DeepResult:
         if self.proc is None:

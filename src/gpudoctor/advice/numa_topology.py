@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..engine.subjects import normalise_bus_id
 from ..probes.files import format_cpulist
 
 
@@ -56,15 +57,6 @@ def _why(value: Any) -> str:
     detail = getattr(value, "detail", "")
     reason = getattr(value, "reason", "")
     return str(detail or reason or "not recorded")
-
-
-def normalise_bus_id(text: str) -> str:
-    """ "00000000:9A:00.0" or "0000:9a:00.0" -> "0000:9a:00.0"."""
-    value = text.strip().lower()
-    domain, sep, rest = value.partition(":")
-    if sep and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}:{rest}" if sep else value
 
 
 def pci_components(path: Any) -> list[str] | None:

@@ -11,7 +11,6 @@ import collections
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..probes.files import kill_and_forget
 from .worker import MARKER
 
 Progress = Callable[[int, int, str], None]
@@ -79,15 +79,7 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    # A child stuck in the driver may not die at once: reap it in the background, never wait here.
-    threading.Thread(target=proc.wait, name="reap-bench-worker", daemon=True).start()
+    kill_and_forget(proc, "bench-worker")
 
 
 def handle_event(run: BenchRun, event: Mapping[str, Any], progress: Progress | None) -> None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..context import ProbeContext
 from ..facts import Unavailable
@@ -284,6 +284,32 @@ class CommandResult:
     timed_out: bool = False
 
 
+def kill_and_forget(proc: Any, name: str) -> None:
+    """SIGKILL a child started with start_new_session=True (its whole group) and never wait for it.
+
+    A child stuck in the kernel (uninterruptible sleep after a GPU fault) may not die at once;
+    a daemon thread reaps it whenever it does, so no caller blocks and no zombie is left.
+    ``proc`` is a subprocess.Popen.
+    """
+    import signal
+    import threading
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    for stream in (proc.stdout, proc.stderr):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    threading.Thread(target=proc.wait, name=f"reap-{name}", daemon=True).start()
+
+
 def run_bounded(
     argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, *, partial: bool = False
 ) -> CommandResult | Unavailable:
@@ -297,9 +323,7 @@ def run_bounded(
     ``partial=True`` a timeout returns what the child printed so far instead,
     marked ``timed_out``.
     """
-    import signal
     import subprocess
-    import threading
 
     name = os.path.basename(argv[0]) if argv else "?"
     try:
@@ -321,20 +345,7 @@ def run_bounded(
     try:
         out, err = proc.communicate(timeout=max(0.01, timeout))
     except subprocess.TimeoutExpired as expired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            try:
-                proc.kill()
-            except OSError:
-                pass
-        for stream in (proc.stdout, proc.stderr):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        threading.Thread(target=proc.wait, name=f"reap-{name}", daemon=True).start()
+        kill_and_forget(proc, name)
         if partial:
             so_far = expired.output if isinstance(expired.output, bytes) else b""
             errs = expired.stderr if isinstance(expired.stderr, bytes) else b""

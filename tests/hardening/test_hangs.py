@@ -23,7 +23,7 @@ from tests.probes.test_nvml import healthy, set_answer
 
 NVML_TIMEOUT = 1.0
 TIMEOUT = 3.0
-SLACK = 1.0  # "its deadline plus about a second": start-up, rules, report
+SLACK = 1.5  # "its deadline plus about a second", plus a fresh interpreter's start on a loaded CI machine
 REPO = Path(__file__).resolve().parents[2]
 
 # Runs `gpudoctor check` in this process after arranging what the test asks for, then records

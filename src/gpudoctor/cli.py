@@ -83,6 +83,19 @@ def root_options(f: Any) -> Any:
     return f
 
 
+def rule_dir_options(f: Any) -> Any:
+    """--rules DIR (repeatable) and --no-builtin-rules, for every command that runs the rules."""
+    f = click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")(f)
+    return click.option(
+        "--rules",
+        "rule_dirs",
+        multiple=True,
+        type=click.Path(),
+        metavar="DIR",
+        help="Add the rule files in DIR (repeatable).",
+    )(f)
+
+
 def start_collect(
     root: str | None,
     sysfs_root: str | None,
@@ -230,15 +243,7 @@ def main() -> None:
 )
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
-@click.option(
-    "--rules",
-    "rule_dirs",
-    multiple=True,
-    type=click.Path(),
-    metavar="DIR",
-    help="Add the rule files in DIR (repeatable).",
-)
-@click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")
+@rule_dir_options
 @click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
 @click.option(
@@ -392,10 +397,13 @@ def rules_validate(paths: tuple[str, ...]) -> None:
     click.echo(f"{count} rule(s) OK")
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Entry point with user errors turned into exit status 2 and a one-line message."""
+def run(argv: Sequence[str] | None = None, command: click.Command | None = None, prog_name: str = "gpudoctor") -> int:
+    """Entry point with user errors turned into exit status 2 and a one-line message.
+
+    `command` defaults to the gpudoctor group; standalone entry points pass their own."""
+    target = command if command is not None else main
     try:
-        main.main(args=list(argv) if argv is not None else None, prog_name="gpudoctor", standalone_mode=False)
+        target.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
     except UserError as exc:
         click.echo(f"gpudoctor: error: {exc}", err=True)
         return 2

@@ -227,21 +227,9 @@ def _standalone() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import click
+    from ..cli import run
 
-    from ..cli import UserError
-
-    try:
-        _standalone().main(args=argv, prog_name="python -m gpudoctor.advice.numa_render", standalone_mode=False)
-    except UserError as exc:
-        click.echo(f"gpudoctor: error: {exc}", err=True)
-        return 2
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        return 2
-    return 0
+    return run(argv, command=_standalone(), prog_name="python -m gpudoctor.advice.numa_render")
 
 
 if __name__ == "__main__":

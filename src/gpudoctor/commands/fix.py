@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from ..cli import fail, load_ruleset, obtain_facts, root_options, style_for, write_output
+from ..cli import fail, load_ruleset, obtain_facts, root_options, rule_dir_options, style_for, write_output
 
 FIX_EXIT_HELP = """\b
 Exit status:
@@ -61,15 +61,7 @@ def _flag(name: str) -> str:
     help="text (default; --numa: shell), json, or shell (a script of comments and commands to review).",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the output here (atomically).")
-@click.option(
-    "--rules",
-    "rule_dirs",
-    multiple=True,
-    type=click.Path(),
-    metavar="DIR",
-    help="Add the rule files in DIR (repeatable).",
-)
-@click.option("--no-builtin-rules", is_flag=True, help="Use only the rules given with --rules.")
+@rule_dir_options
 @click.option("--driver-version", metavar="V", help="--torch: the NVIDIA driver version to advise for.")
 @click.option(
     "--compute-capability",

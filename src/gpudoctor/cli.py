@@ -9,8 +9,10 @@ Exit status (every command):
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -43,7 +45,31 @@ def style_for(stream: Any, colour: bool | None) -> Any:
     return plain
 
 
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What @root_options collects: where and how to probe. Commands receive it as `probe`."""
+
+    root: str | None = None
+    sysfs_root: str | None = None
+    procfs_root: str | None = None
+    python: str | None = None
+    torch_import: bool = False
+    timeout: float = 30.0
+    nvml_timeout: float = 5.0
+
+    @property
+    def elsewhere(self) -> bool:
+        """A directory tree, not this machine, is probed."""
+        return bool(self.root or self.sysfs_root or self.procfs_root)
+
+    @property
+    def origin(self) -> str:
+        return f"root {self.root or '/'}" if self.elsewhere else "live"
+
+
 def root_options(f: Any) -> Any:
+    """The probe options (--root, --sysfs-root, --procfs-root, --python, --torch-import, --timeout,
+    --nvml-timeout), handed to the command as one ProbeOptions argument named `probe`."""
     options = [
         click.option(
             "--root",
@@ -78,9 +104,17 @@ def root_options(f: Any) -> Any:
             help="Seconds NVML may take before it is reported as not answering.",
         ),
     ]
+    names = ("root", "sysfs_root", "procfs_root", "python", "torch_import", "timeout", "nvml_timeout")
+
+    def collect_probe_options(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in names}
+        return f(*args, probe=ProbeOptions(**values), **kwargs)
+
+    functools.update_wrapper(collect_probe_options, f)
+    wrapped: Any = collect_probe_options
     for option in reversed(options):
-        f = option(f)
-    return f
+        wrapped = option(wrapped)
+    return wrapped
 
 
 def rule_dir_options(f: Any) -> Any:
@@ -96,56 +130,45 @@ def rule_dir_options(f: Any) -> Any:
     )(f)
 
 
-def start_collect(
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
-) -> Any:
+def start_collect(probe: ProbeOptions) -> Any:
     """Validate the probe options and start probing (NVML is forked at once); `.finish()` gives the facts."""
-    for label, path in (("--root", root), ("--sysfs-root", sysfs_root), ("--procfs-root", procfs_root)):
+    for label, path in (
+        ("--root", probe.root),
+        ("--sysfs-root", probe.sysfs_root),
+        ("--procfs-root", probe.procfs_root),
+    ):
         if path is not None and not Path(path).is_dir():
             fail(f"{label} {path}: no such directory")
-    if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        fail(f"--python {python}: not an executable file")
+    if probe.python is not None and not (os.path.isfile(probe.python) and os.access(probe.python, os.X_OK)):
+        fail(f"--python {probe.python}: not an executable file")
     from .context import make_context
     from .probes import start_collection
 
     ctx = make_context(
-        root=root,
-        sysfs_root=sysfs_root,
-        procfs_root=procfs_root,
-        python=python,
-        timeout=timeout,
-        nvml_timeout=nvml_timeout,
-        torch_import=torch_import,
+        root=probe.root,
+        sysfs_root=probe.sysfs_root,
+        procfs_root=probe.procfs_root,
+        python=probe.python,
+        timeout=probe.timeout,
+        nvml_timeout=probe.nvml_timeout,
+        torch_import=probe.torch_import,
     )
     return start_collection(ctx)
 
 
-def obtain_facts(
-    facts_file: str | None,
-    root: str | None = None,
-    sysfs_root: str | None = None,
-    procfs_root: str | None = None,
-    python: str | None = None,
-    torch_import: bool = False,
-    timeout: float = 30.0,
-    nvml_timeout: float = 5.0,
-) -> tuple[dict[str, Any], str]:
+def obtain_facts(facts_file: str | None, probe: ProbeOptions) -> tuple[dict[str, Any], str]:
     """The facts and where they came from: a snapshot file, a fixture root, or the live machine.
 
     For commands other than `check` that take `--facts FILE` plus @root_options."""
     if facts_file:
-        if root or sysfs_root or procfs_root or python or torch_import:
-            fail("--facts reads a saved snapshot; it cannot be combined with the probe options (--root, --python, ...)")
+        refuse_probe_options_with_facts(probe)
         return load_facts_file(facts_file), facts_file
-    facts = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
-    origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
-    return facts, origin
+    return start_collect(probe).finish(), probe.origin
+
+
+def refuse_probe_options_with_facts(probe: ProbeOptions) -> None:
+    if probe.elsewhere or probe.python or probe.torch_import:
+        fail("--facts reads a saved snapshot; it cannot be combined with the probe options (--root, --python, ...)")
 
 
 def load_facts_file(path: str) -> dict[str, Any]:
@@ -267,24 +290,18 @@ def check(
     fail_on: str,
     verbose: bool,
     color: bool | None,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Check this machine (or a snapshot) and print findings with fixes."""
     from .engine.runner import run_rules, select, unknown_selectors
     from .findings import Report, Severity
 
-    if facts_file and (root or sysfs_root or procfs_root or python or torch_import):
-        fail("--facts judges a saved snapshot; it cannot be combined with --root/--sysfs-root/--procfs-root/--python")
+    if facts_file:
+        refuse_probe_options_with_facts(probe)
     # Probing starts first so that NVML's start-up in its child overlaps loading the rules.
     collection = None
     if not facts_file:
-        collection = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+        collection = start_collect(probe)
     try:
         ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
         unknown = unknown_selectors(ruleset, list(only) + list(skip))
@@ -299,7 +316,7 @@ def check(
         origin = str(facts_file)
     else:
         facts = collection.finish()
-        origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
+        origin = probe.origin
     rules = select(ruleset.rules, only, skip)
     report = Report(
         findings=run_rules(ruleset, facts, rules),
@@ -328,18 +345,12 @@ def check(
 def probe(
     output: str | None,
     scrub: bool,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Read the machine and print the facts snapshot as JSON."""
     from .facts import dumps
 
-    facts = start_collect(root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout).finish()
+    facts = start_collect(probe).finish()
     if scrub:
         from .facts import scrub as scrub_facts
 

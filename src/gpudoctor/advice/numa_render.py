@@ -192,7 +192,7 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
 def _standalone() -> Any:
     import click
 
-    from ..cli import EXIT_HELP, obtain_facts, root_options, write_output
+    from ..cli import EXIT_HELP, ProbeOptions, obtain_facts, root_options, write_output
 
     @click.command(
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_HELP
@@ -209,18 +209,10 @@ def _standalone() -> Any:
         strategy: str,
         membind: bool,
         visible: str | None,
-        root: str | None,
-        sysfs_root: str | None,
-        procfs_root: str | None,
-        python: str | None,
-        torch_import: bool,
-        timeout: float,
-        nvml_timeout: float,
+        probe: ProbeOptions,
     ) -> None:
         """Print the NUMA binding plan (what `gpudoctor fix --numa` prints)."""
-        facts, _origin = obtain_facts(
-            facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
-        )
+        facts, _origin = obtain_facts(facts_file, probe)
         write_output(render_numa_plan(facts, strategy, fmt, membind, visible), output)
 
     return numa_plan_command

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..cli import fail, obtain_facts, root_options, style_for, write_output
+from ..cli import ProbeOptions, fail, obtain_facts, root_options, style_for, write_output
 
 EPILOG = """\b
 What it measures, per GPU: matmul TFLOP/s in fp32, tf32, fp16, bf16 and fp8 (where the GPU
@@ -80,13 +80,7 @@ def command(
     no_progress: bool,
     color: bool | None,
     device_type: str,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Measure every GPU (matmul, memory, host and peer copies) against its datasheet and its peers."""
     from ..advice.gpu_specs import SpecTableError, load_specs
@@ -94,8 +88,9 @@ def command(
     from ..facts import SnapshotError, dumps, from_jsonable, to_jsonable
     from ..render.bench import render_json, render_text
 
-    if root or sysfs_root or procfs_root:
+    if probe.elsewhere:
         fail("bench measures this machine; --root/--sysfs-root/--procfs-root describe another one (use --facts FILE)")
+    python = probe.python
     if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         fail(f"--python {python}: not an executable file")
     devices = _parse_gpus(gpus)
@@ -104,10 +99,13 @@ def command(
     except SpecTableError as exc:
         fail(f"GPU spec table: {exc}")
     # --python names the interpreter that runs the bench; the probe of a live machine reads its torch too
-    probe_python = None if facts_file else python
-    facts, origin = obtain_facts(
-        facts_file, None, None, None, probe_python, torch_import and not facts_file, timeout, nvml_timeout
+    live_probe = ProbeOptions(
+        python=None if facts_file else python,
+        torch_import=probe.torch_import and not facts_file,
+        timeout=probe.timeout,
+        nvml_timeout=probe.nvml_timeout,
     )
+    facts, origin = obtain_facts(facts_file, live_probe)
     if facts_file is None:
         facts = dict(facts)
 

@@ -17,7 +17,16 @@ from typing import Any
 
 import click
 
-from ..cli import fail, load_ruleset, obtain_facts, root_options, rule_dir_options, style_for, write_output
+from ..cli import (
+    ProbeOptions,
+    fail,
+    load_ruleset,
+    obtain_facts,
+    root_options,
+    rule_dir_options,
+    style_for,
+    write_output,
+)
 
 FIX_EXIT_HELP = """\b
 Exit status:
@@ -100,13 +109,7 @@ def command(
     membind: bool,
     visible: str | None,
     color: bool | None,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Print the fixes: for every failing check (default), the torch build (--torch) or the NUMA binding (--numa).
 
@@ -146,9 +149,7 @@ def command(
     if numa_mode:
         # Resolve the renderer before probing so a missing module costs no probe time.
         render = _numa_renderer()
-        facts, _origin = obtain_facts(
-            facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
-        )
+        facts, _origin = obtain_facts(facts_file, probe)
         try:
             text = render(facts, strategy or "node", fmt or "shell", membind, visible)
         except ValueError as exc:
@@ -156,7 +157,7 @@ def command(
         write_output(text, output)
         return
 
-    facts, origin = obtain_facts(facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    facts, origin = obtain_facts(facts_file, probe)
     if torch_mode:
         sys.exit(
             _torch(facts, origin, fmt or "text", output, driver_version, compute_capability, gpu_arch, no_gpu,

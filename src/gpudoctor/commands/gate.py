@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..cli import fail, root_options, style_for, write_output
+from ..cli import ProbeOptions, fail, root_options, style_for, write_output
 
 GATE_HELP = """\b
 What blocks (exit status 1, no-go):
@@ -146,13 +146,7 @@ def command(
     min_busbw: float | None,
     verbose: bool,
     color: bool | None,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Pre-training go/no-go gate: exit 0 go, 1 no-go, 2 could not run.
 
@@ -174,19 +168,19 @@ def command(
             required=require or None,
             ignore=ignore or None,
             deep=deep,
-            deadline_s=timeout if _parameter_given(ctx, "timeout") else None,
+            deadline_s=probe.timeout if _parameter_given(ctx, "timeout") else None,
             min_busbw_gbps=min_busbw,
         )
     except GateError as exc:
         fail(str(exc))
     run_options: dict[str, Any] = {
         "facts_file": facts_file,
-        "root": root,
-        "sysfs_root": sysfs_root,
-        "procfs_root": procfs_root,
-        "python": python,
-        "torch_import": torch_import,
-        "nvml_timeout": nvml_timeout,
+        "root": probe.root,
+        "sysfs_root": probe.sysfs_root,
+        "procfs_root": probe.procfs_root,
+        "python": probe.python,
+        "torch_import": probe.torch_import,
+        "nvml_timeout": probe.nvml_timeout,
         "rule_dirs": rule_dirs,
     }
     if distributed:

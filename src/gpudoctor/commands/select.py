@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import load_ruleset, obtain_facts, root_options
+from ..cli import ProbeOptions, load_ruleset, obtain_facts, root_options
 
 SELECT_HELP = """\b
 Usage in a job script:
@@ -52,22 +52,14 @@ def command(
     uuids: bool,
     facts_file: str | None,
     verbose: bool,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Print CUDA_VISIBLE_DEVICES for the K best free, healthy GPUs."""
     from ..advice.gpu_select import GIB, plan
     from ..engine.runner import run_rules
     from ..findings import Severity
 
-    facts, _origin = obtain_facts(
-        facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
-    )
+    facts, _origin = obtain_facts(facts_file, probe)
     ruleset = load_ruleset(())
     findings = run_rules(ruleset, facts, [r for r in ruleset.rules if r.subject == "gpu"])
     selection = plan(facts, findings, count, min_free_memory, Severity(fail_on))

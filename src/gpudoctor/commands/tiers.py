@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import fail, obtain_facts, root_options, style_for, write_output
+from ..cli import ProbeOptions, fail, obtain_facts, root_options, style_for, write_output
 
 EPILOG = """\b
 Workloads (--workload MODE-SIZE[-PRECISION], or --mode/--params/--precision):
@@ -75,13 +75,7 @@ def command(
     plot: str | None,
     facts_file: str | None,
     color: bool | None,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """The GPU tier list (datasheet figures, dense), this machine's GPUs marked."""
     from ..advice.gpu_specs import SpecTableError, load_specs, machine_gpus
@@ -120,7 +114,7 @@ def command(
         table = load_specs()
     except SpecTableError as exc:
         fail(f"GPU spec table: {exc}")
-    facts, origin = obtain_facts(facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout)
+    facts, origin = obtain_facts(facts_file, probe)
     tl = tier_list(
         table,
         sort=sort,

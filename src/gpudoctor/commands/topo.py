@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import obtain_facts, root_options, write_output
+from ..cli import ProbeOptions, obtain_facts, root_options, write_output
 
 EPILOG = """\b
 Exit status: 0 shown; 2 gpudoctor could not run (bad arguments, unreadable
@@ -25,13 +25,7 @@ def command(
     facts_file: str | None,
     fmt: str,
     output: str | None,
-    root: str | None,
-    sysfs_root: str | None,
-    procfs_root: str | None,
-    python: str | None,
-    torch_import: bool,
-    timeout: float,
-    nvml_timeout: float,
+    probe: ProbeOptions,
 ) -> None:
     """Show which GPU and NIC sits on which NUMA node, PCIe host bridge and switch.
 
@@ -42,7 +36,5 @@ def command(
     """
     from ..render import topo
 
-    facts, _origin = obtain_facts(
-        facts_file, root, sysfs_root, procfs_root, python, torch_import, timeout, nvml_timeout
-    )
+    facts, _origin = obtain_facts(facts_file, probe)
     write_output(topo.render_json(facts) if fmt == "json" else topo.render_text(facts), output)

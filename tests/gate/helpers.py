@@ -100,7 +100,8 @@ def passing_gpu(gpu: int) -> list[dict[str, Any]]:
 
 
 def four_gpu_facts() -> dict[str, Any]:
-    """healthy-2gpu's facts with two more GPUs: indices 0, 1 on NUMA node 0 and 2, 3 on node 1."""
+    """healthy-2gpu's facts with two more GPUs: indices 0, 1 on NUMA node 0 and 2, 3 on node 1,
+    all four in one NVLink island."""
     data = copy.deepcopy(facts("healthy-2gpu"))
     gpus = data["nvml"]["gpus"]
     devices = data["pci"]["devices"]
@@ -112,6 +113,7 @@ def four_gpu_facts() -> dict[str, Any]:
         g = copy.deepcopy(template_gpu)
         g.update(index=i, bus_id=bus, uuid=f"GPU-00000000-0000-0000-0000-00000000000{i}")
         g["memory_affinity"] = [0 if i < 2 else 1]
+        g["nvlink_peers"] = [j for j in range(len(bus_ids)) if j != i]  # one NVLink island
         new_gpus.append(g)
         d = copy.deepcopy(template_dev)
         d.update(bus_id=bus, numa_node=0 if i < 2 else 1)

@@ -107,3 +107,64 @@ def test_uuids_and_snapshots(capsys, tmp_path):
 def test_no_gpus_at_all(capsys):
     code, _, err = cli(capsys, "select", "--root", DEGRADED.replace("pcie-degraded", "no-driver"))
     assert code == 1 and "not listed by NVML" in err
+
+
+def islands(data, *groups):
+    """Rewire the GPUs' NVLink peers into these islands; GPUs in none have no NVLink."""
+    for gpu in data["nvml"]["gpus"]:
+        group = next((g for g in groups if gpu["index"] in g), [])
+        gpu["nvlink_peers"] = [j for j in group if j != gpu["index"]]
+        gpu["nvlink_active"] = 18 if group else 0
+    return data
+
+
+def test_several_gpus_come_from_one_nvlink_island_before_one_numa_node():
+    # bridged pairs that cross the sockets: {0, 2} and {1, 3}; NUMA nodes are {0, 1} and {2, 3}
+    data = islands(four_gpu_facts(), [0, 2], [1, 3])
+    selection = choose(data, 2)
+    assert selection.value() == "0,2"
+    assert any("span NUMA nodes 0, 1" in n for n in selection.notes)
+    assert not any("NVLink" in n for n in selection.notes)
+    # the best island is the one whose second GPU ranks best
+    use(data, 0, free_gib=5)
+    assert choose(data, 2).value() == "1,3"
+
+
+def test_island_and_node_together_win_over_either_alone():
+    # islands {0, 1, 2} and {3}; nodes {0, 1} and {2, 3}: 0 and 1 share both
+    data = islands(four_gpu_facts(), [0, 1, 2])
+    use(data, 2, free_gib=79)  # 2 ranks best, but 1 shares 0's node and island
+    selection = choose(data, 2)
+    assert selection.value() == "0,1" and not selection.notes
+
+
+def test_no_island_big_enough_is_said():
+    data = islands(four_gpu_facts(), [0, 1], [2, 3])
+    three = choose(data, 3)
+    assert len(three.chosen) == 3
+    assert any("no NVLink island has 3 usable GPUs" in n for n in three.notes)
+    # a GPU that fails a check breaks its island: the other pair is chosen whole
+    data = islands(four_gpu_facts(), [0, 1], [2, 3])
+    use(data, 0, free_gib=70)
+    data["nvml"]["gpus"][1]["lost"] = True
+    assert choose(data, 2).value() == "2,3"
+
+
+def test_pcie_only_machines_get_no_nvlink_note():
+    data = islands(four_gpu_facts())
+    three = choose(data, 3)
+    assert not any("NVLink" in n for n in three.notes)
+
+
+def test_islands_from_the_peer_relation():
+    from gpudoctor.advice.gpu_select import nvlink_islands
+
+    gpus = [
+        {"index": 0, "nvlink_peers": [1]},
+        {"index": 1, "nvlink_peers": []},  # one end listing the link is enough
+        {"index": 2, "nvlink_peers": [3]},
+        {"index": 3, "nvlink_peers": [2, 4]},
+        {"index": 4, "nvlink_peers": {"unavailable": "error"}},
+        {"index": 5, "nvlink_peers": []},
+    ]
+    assert nvlink_islands(gpus) == {0: 0, 1: 0, 2: 2, 3: 2, 4: 2}

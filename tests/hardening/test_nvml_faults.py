@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,9 @@ CALL_FIELDS: dict[str, tuple[str, ...]] = {
         "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed",
     ),
     "nvmlDeviceGetMigMode": ("mig_enabled", "mig_pending_enabled"),
-    **{f"nvmlDeviceGetNvLinkState({link})": ("nvlink_links", "nvlink_active") for link in range(18)},
+    **{f"nvmlDeviceGetNvLinkState({link})": ("nvlink_links", "nvlink_active", "nvlink_peers") for link in range(18)},
+    # asked of the other GPU: PEER stands for its index (see recorded_key)
+    "nvmlDeviceGetP2PStatus(PEER,2)": ("nvlink_peers",),
     "nvmlDeviceGetComputeMode": ("compute_mode",),
     "nvmlDeviceGetCpuAffinityWithinScope(0)": ("cpu_affinity",),
     "nvmlDeviceGetMemoryAffinity(0)": ("memory_affinity",),
@@ -115,6 +118,16 @@ def error(name: str) -> dict[str, str]:
     return {"error": name}
 
 
+def recorded_key(call: str, gpu: int) -> str:
+    """CALL_FIELDS' key as GPU `gpu` of the two asks it (PEER: the other GPU)."""
+    return call.replace("PEER", str(1 - gpu))
+
+
+def table_key(key: str) -> str:
+    """A recorded key -> its CALL_FIELDS form."""
+    return re.sub(r"^nvmlDeviceGetP2PStatus\(\d+,", "nvmlDeviceGetP2PStatus(PEER,", key)
+
+
 def read(answers: dict[str, Any], parallel: bool = True) -> dict[str, Any]:
     """The nvml section, read in this process by the very code the probe's child runs."""
     sink = nvml.Assembler()
@@ -127,7 +140,7 @@ def read(answers: dict[str, Any], parallel: bool = True) -> dict[str, Any]:
 def call_order() -> list[str]:
     backend = ReplayNVML(healthy())
     nvml.read_nvml(backend, nvml.Assembler(), 1, 1, parallel=False)
-    return list(dict.fromkeys(backend.calls))
+    return list(dict.fromkeys(table_key(call) for call in backend.calls))
 
 
 @functools.cache
@@ -156,7 +169,7 @@ def test_the_tables_cover_every_call_the_probe_makes() -> None:
 
 def check_gpu_call_fault(gpu: int, call: str, kind: str) -> list[str]:
     """The problems (empty: none) with the section read when `call` fails with `kind` on `gpu`."""
-    answers = set_answer(healthy(), gpu, call, error(kind))
+    answers = set_answer(healthy(), gpu, recorded_key(call, gpu), error(kind))
     fallback = FALLBACKS.get(call)
     if fallback and kind == "NVML_ERROR_FUNCTION_NOT_FOUND":
         answers["devices"][gpu][fallback[0]] = fallback[1]
@@ -182,7 +195,8 @@ def check_gpu_call_fault(gpu: int, call: str, kind: str) -> list[str]:
             if fallback and kind == "NVML_ERROR_FUNCTION_NOT_FOUND":
                 ok = got == fallback[2]  # an older driver: the older call answers
             elif link_absent:
-                ok = got == want[field] - 1  # that link does not exist on this GPU
+                # that link does not exist on this GPU: one fewer, the same peers through the others
+                ok = got == (want[field] if field == "nvlink_peers" else want[field] - 1)
             else:
                 ok = isinstance(got, Unavailable) and got.reason == reason and call.split("(")[0] in got.detail
                 if reason == "error" or reason == "timeout" or reason == "driver_not_loaded":
@@ -217,7 +231,8 @@ def test_handle_failure_marks_only_that_gpu_lost(gpu: int, kind: str) -> None:
         fact = entry[field]
         assert isinstance(fact, Unavailable) and fact.reason == ERRORS[kind][0]
         assert fact.detail.startswith(f"no NVML handle for GPU {gpu}: ") and "nvmlDeviceGetHandleByIndex" in fact.detail
-    assert section["gpus"][1 - gpu] == HEALTHY["gpus"][1 - gpu]
+    # the other GPU is read in full; a GPU NVML cannot reach is not its NVLink peer
+    assert section["gpus"][1 - gpu] == dict(HEALTHY["gpus"][1 - gpu], nvlink_peers=[])
 
 
 @pytest.mark.parametrize("kind", list(ERRORS))

@@ -83,6 +83,7 @@ GPU0 = {
     "mig_pending_enabled": False,
     "nvlink_links": 18,
     "nvlink_active": 18,
+    "nvlink_peers": [1],
     "compute_mode": "default",
     "cpu_affinity": list(range(0, 16)) + list(range(32, 48)),
     "memory_affinity": [0],
@@ -98,6 +99,7 @@ GPU1 = dict(
     bus_id="0000:9a:00.0",
     temperature_c=35,
     cpu_affinity=list(range(16, 32)) + list(range(48, 64)),
+    nvlink_peers=[0],
     memory_affinity=[1],
 )
 HEALTHY: dict[str, Any] = {
@@ -337,7 +339,8 @@ def test_handle_failure_keeps_gpu_as_lost(tmp_path: Path, gpu: int) -> None:
     for key in nvml.GPU_FIELDS:
         assert isinstance(entry[key], Unavailable) and entry[key].reason == "error"
         assert entry[key].detail.startswith(f"no NVML handle for GPU {gpu}: nvmlDeviceGetHandleByIndex: GPU is lost")
-    assert section["gpus"][1 - gpu] == HEALTHY["gpus"][1 - gpu]
+    # the other GPU is read in full, without the unreachable one among its NVLink peers
+    assert section["gpus"][1 - gpu] == dict(HEALTHY["gpus"][1 - gpu], nvlink_peers=[])
 
 
 def test_clocks_event_reasons_fall_back_to_throttle_reasons(tmp_path: Path) -> None:
@@ -552,11 +555,11 @@ def test_deadline_is_capped_by_the_run_budget(tmp_path: Path) -> None:
 def test_child_that_dies_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = nvml._read_gpu_fields
 
-    def dies_on_gpu1(r: Any, cpu_words: int, node_words: int) -> None:
+    def dies_on_gpu1(r: Any, cpu_words: int, node_words: int, count: int) -> None:
         if r.index == 1:
             r.call("nvmlDeviceGetName")
             os._exit(3)
-        real(r, cpu_words, node_words)
+        real(r, cpu_words, node_words, count)
 
     monkeypatch.setattr(nvml, "_read_gpu_fields", dies_on_gpu1)  # the forked child inherits it
     section = probe(tmp_path, healthy())
@@ -739,3 +742,33 @@ def test_real_gpu_probe_and_recording(tmp_path: Path) -> None:
             if key not in VOLATILE | {"uuid", "serial"}:
                 assert to_jsonable(got[key]) == to_jsonable(want[key]), key
         assert got["uuid"] == f"GPU-00000000-0000-0000-0000-{want['index']:012d}"
+
+
+def test_nvlink_peers_are_the_gpus_reachable_over_nvlink(tmp_path: Path) -> None:
+    # four GPUs as two bridged pairs: {0, 1} and {2, 3}; GPU 3's links are down
+    answers = healthy()
+    answers["devices"] = [copy.deepcopy(answers["devices"][0]) for _ in range(4)]
+    answers["system"]["nvmlDeviceGetCount"] = 4
+    for i, device in enumerate(answers["devices"]):
+        device["nvmlDeviceGetPciInfo"]["busId"] = f"00000000:{0x18 + i:02X}:00.0"
+        for j in range(4):
+            device.pop(f"nvmlDeviceGetP2PStatus({j},2)", None)
+            if j != i:
+                device[f"nvmlDeviceGetP2PStatus({j},2)"] = 0 if (i < 2) == (j < 2) and 3 not in (i, j) else 5
+    for link in range(18):
+        answers["devices"][3][f"nvmlDeviceGetNvLinkState({link})"] = 0
+    backend = ReplayNVML(answers)
+    sink = nvml.Assembler()
+    nvml.read_nvml(backend, sink, 1, 1, parallel=False)
+    sink.finished()
+    gpus = sink.result()["gpus"]
+    assert [g["nvlink_peers"] for g in gpus] == [[1], [0], [], []]
+    # GPUs 0-2 ask about their three others each; GPU 3, with no link up, is not asked at all
+    assert sum(call.startswith("nvmlDeviceGetP2PStatus") for call in backend.calls) == 9
+
+
+def test_nvlink_peers_unavailable_when_nvml_cannot_say(tmp_path: Path) -> None:
+    answers = set_answer(healthy(), 0, "nvmlDeviceGetP2PStatus(1,2)", error("NVML_ERROR_NO_PERMISSION"))
+    gpus = probe(tmp_path, answers)["gpus"]
+    assert isinstance(gpus[0]["nvlink_peers"], Unavailable) and gpus[0]["nvlink_peers"].reason == "no_permission"
+    assert gpus[1]["nvlink_peers"] == [0]

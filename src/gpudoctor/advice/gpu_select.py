@@ -7,10 +7,13 @@ exclusive_process only while no process uses it), and, when CUDA_VISIBLE_DEVICES
 among the GPUs listed there (a job must not leave its allocation).
 
 Ranking: idle GPUs first (no compute process and at most 5 % utilisation), then most free
-memory, then least utilisation, then NVML index. For K > 1 the K GPUs come from one NUMA node
-when some node has K that can be chosen (the node whose K-th best GPU ranks best); otherwise
-the best K overall, and the plan says that they span nodes. NVLink islands are not considered:
-the facts record how many NVLink links each GPU has up, not which GPU is at the other end.
+memory, then least utilisation, then NVML index. For K > 1 the K GPUs come, where possible,
+from one group of GPUs that work well together, tried in this order: one NVLink island and one
+NUMA node; one NVLink island (peer traffic over NVLink matters more to a multi-GPU job than which
+socket feeds it); one NUMA node; else the best K overall. Inside a grouping the group whose K-th
+best GPU ranks best wins. An NVLink island is a set of GPUs connected by NVLink peer-to-peer
+(the ``nvlink_peers`` fact, from NVML's P2P status: direct links and NVSwitch alike). The plan
+says when the chosen GPUs span NUMA nodes or, on a machine with NVLink, NVLink islands.
 
 Indices are NVML's, which follow PCI bus order; CUDA numbers GPUs the same way only with
 CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first), so the plan's ``uuids`` are
@@ -41,6 +44,7 @@ class Candidate:
     utilization_pct: int | None
     processes: int | None
     numa_node: int | None
+    island: int | None = None  # lowest NVML index of the GPU's NVLink island; None: no NVLink peers known
 
     @property
     def idle(self) -> bool:
@@ -154,6 +158,9 @@ def plan(
                 numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
             )
         )
+    islands = nvlink_islands(gpus)
+    for c in result.eligible:
+        c.island = islands.get(c.index)
     ranked = sorted(result.eligible, key=Candidate.rank_key)
     result.eligible = ranked
     if len(ranked) < k:
@@ -161,21 +168,63 @@ def plan(
     if k == 1:
         result.chosen = ranked[:1]
         return result
-    by_node: dict[int, list[Candidate]] = {}
-    for c in ranked:
-        if c.numa_node is not None:
-            by_node.setdefault(c.numa_node, []).append(c)
-    fits = [members[:k] for members in by_node.values() if len(members) >= k]
-    if fits:
-        # the node whose K-th best GPU is best; ties by the sum of ranks
-        position = {id(c): i for i, c in enumerate(ranked)}
-        result.chosen = min(fits, key=lambda s: (position[id(s[-1])], sum(position[id(c)] for c in s)))
-    else:
-        result.chosen = ranked[:k]
-        nodes = {c.numa_node for c in result.chosen}
+    result.chosen = _best_group(ranked, k)
+    nodes = {c.numa_node for c in result.chosen}
+    if len(nodes) > 1 or None in nodes:
         known = sorted(n for n in nodes if n is not None)
-        if len(nodes) > 1 or None in nodes:
-            where = "unknown NUMA nodes" if None in nodes else "NUMA nodes " + ", ".join(str(n) for n in known)
-            result.notes.append(f"no single NUMA node has {k} usable GPUs; the chosen ones span {where}")
+        where = "unknown NUMA nodes" if None in nodes else "NUMA nodes " + ", ".join(str(n) for n in known)
+        result.notes.append(f"no single NUMA node has {k} usable GPUs together; the chosen ones span {where}")
+    chosen_islands = {c.island for c in result.chosen}
+    if islands and (len(chosen_islands) > 1 or None in chosen_islands):
+        result.notes.append(
+            f"no NVLink island has {k} usable GPUs; the chosen ones talk to each other partly over PCIe"
+        )
     result.chosen.sort(key=lambda c: c.index)
     return result
+
+
+# Groupings tried in order for K > 1: GPUs with the same key form a group (None: in no group).
+GROUPINGS = (
+    lambda c: (c.island, c.numa_node) if c.island is not None and c.numa_node is not None else None,
+    lambda c: c.island,
+    lambda c: c.numa_node,
+)
+
+
+def _best_group(ranked: list[Candidate], k: int) -> list[Candidate]:
+    position = {id(c): i for i, c in enumerate(ranked)}
+    for key in GROUPINGS:
+        groups: dict[Any, list[Candidate]] = {}
+        for c in ranked:
+            value = key(c)
+            if value is not None:
+                groups.setdefault(value, []).append(c)
+        fits = [members[:k] for members in groups.values() if len(members) >= k]
+        if fits:
+            # the group whose K-th best GPU is best; ties by the sum of ranks
+            return min(fits, key=lambda s: (position[id(s[-1])], sum(position[id(c)] for c in s)))
+    return ranked[:k]
+
+
+def nvlink_islands(gpus: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """NVML index -> its NVLink island (the island's lowest index), for GPUs with NVLink peers.
+
+    Islands are the connected groups of the peer relation (a link counts when either end lists
+    the other). GPUs whose peers are unknown or empty are in no island."""
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while parent.setdefault(i, i) != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for g in gpus:
+        index, peers = g.get("index"), g.get("nvlink_peers")
+        if not isinstance(index, int) or not isinstance(peers, list):
+            continue
+        for peer in peers:
+            if isinstance(peer, int) and peer != index:
+                a, b = find(index), find(peer)
+                parent[max(a, b)] = min(a, b)
+    return {i: find(i) for i in list(parent)}

@@ -18,8 +18,9 @@ Usage in a job script:
 Chosen: GPUs NVML lists, with no failed check at or above --fail-on,
 enough free memory, a compute mode that admits the job, and inside
 CUDA_VISIBLE_DEVICES when that is already set; idle ones first, then
-most free memory, then least busy; for -n > 1 from one NUMA node when
-one has enough. Indices are NVML's (PCI bus order): set
+most free memory, then least busy; for -n > 1, where enough qualify,
+from one NVLink island and NUMA node, else one NVLink island, else one
+NUMA node. Indices are NVML's (PCI bus order): set
 CUDA_DEVICE_ORDER=PCI_BUS_ID, or print UUIDs with --uuid.
 
 \b
@@ -77,7 +78,8 @@ def command(
             util = f"{c.utilization_pct} %" if c.utilization_pct is not None else "?"
             click.echo(
                 f"gpudoctor select: chose {c.label} {c.name}: {c.free_bytes / GIB:.1f} GiB free, "
-                f"{util} busy, NUMA node {c.numa_node if c.numa_node is not None else '?'}",
+                f"{util} busy, NUMA node {c.numa_node if c.numa_node is not None else '?'}, "
+                + (f"NVLink island of GPU {c.island}" if c.island is not None else "no NVLink peers"),
                 err=True,
             )
         for label, why in selection.excluded:

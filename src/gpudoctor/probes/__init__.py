@@ -23,7 +23,7 @@ def _collectors() -> dict[str, Collector]:
     # Imported here so that `gpudoctor rules list` never pays for probe imports.
     from . import host, kmsg, modules, numa, pci, rocm, toolkit, torch
 
-    # sysfs first: it cannot hang; torch last since it may start an interpreter.
+    # sysfs first: it cannot hang; torch last of these since it may start an interpreter.
     return {
         "host": host.collect,
         "pci": pci.collect,
@@ -89,9 +89,10 @@ class Collection:
             self.meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
 
     def finish(self) -> dict[str, Any]:
+        # NVML is collected last: its child has been running since the start, so every other
+        # probe (torch's interpreter too, when one is started) overlaps its latency, and its own
+        # deadline, fixed when it was forked, holds whatever they took.
         for name, collect in _collectors().items():
-            if name == "torch" and self._nvml is not None:
-                self._finish_nvml()
             self._run(name, collect, bounded=name in FILE_ONLY)
         if self._nvml is not None:
             self._finish_nvml()

@@ -19,7 +19,9 @@ NVML APIs read, in this order (pynvml names):
   ``nvmlDeviceGetEccMode``, ``nvmlDeviceGetTotalEccErrors``,
   ``nvmlDeviceGetRetiredPages``, ``nvmlDeviceGetRetiredPagesPendingStatus``,
   ``nvmlDeviceGetRemappedRows``, ``nvmlDeviceGetMigMode``,
-  ``nvmlDeviceGetNvLinkState`` (links 0-17), ``nvmlDeviceGetComputeMode``,
+  ``nvmlDeviceGetNvLinkState`` (links 0-17), ``nvmlDeviceGetP2PStatus`` (NVLink
+  capability, towards every other GPU; only for a GPU with a link up),
+  ``nvmlDeviceGetComputeMode``,
   ``nvmlDeviceGetCpuAffinityWithinScope`` (node scope; else
   ``nvmlDeviceGetCpuAffinity``), ``nvmlDeviceGetMemoryAffinity`` (node scope),
   ``nvmlDeviceGetNumaNodeId``, ``nvmlDeviceGetUtilizationRates``,
@@ -122,6 +124,8 @@ NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
 NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
 NVML_AFFINITY_SCOPE_NODE = 0
 NVML_FEATURE_ENABLED = 1
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
 
 # nvmlDeviceGetNvLinkState is asked for links 0..NVLINK_LINKS_PROBED-1 (18 = Hopper/Blackwell).
 NVLINK_LINKS_PROBED = 18
@@ -152,7 +156,7 @@ GPU_FIELDS = (
     "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "ecc_corrected_volatile",
     "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed",
-    "mig_enabled", "mig_pending_enabled", "nvlink_links", "nvlink_active", "compute_mode",
+    "mig_enabled", "mig_pending_enabled", "nvlink_links", "nvlink_active", "nvlink_peers", "compute_mode",
     "cpu_affinity", "memory_affinity", "numa_node_id", "utilization_gpu_pct", "processes",
 )
 SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version", "device_count")
@@ -244,6 +248,17 @@ class _GpuLost(Exception):
     pass
 
 
+class PeerHandle:
+    """Another GPU's handle passed as an argument (nvmlDeviceGetP2PStatus): the backend gets
+    `handle`; progress lines and recorded keys name the GPU by `index`."""
+
+    __slots__ = ("index", "handle")
+
+    def __init__(self, index: int, handle: Any) -> None:
+        self.index = index
+        self.handle = handle
+
+
 class _Query:
     """The one NVML call wrapper: progress line first, then the call, errors -> Unavailable."""
 
@@ -265,6 +280,7 @@ class _Query:
         except AttributeError:
             self.missing_function = True
             return Unavailable("not_supported", f"the installed nvidia-ml-py has no {name}; upgrade nvidia-ml-py")
+        args = tuple(a.handle if isinstance(a, PeerHandle) else a for a in args)
         try:
             return fn(handle, *args) if handle is not None else fn(*args)
         except self.error_class as exc:
@@ -371,7 +387,28 @@ class _GpuReader:
         self.check_lost()
 
 
-def _read_gpu_fields(r: _GpuReader, cpu_words: int, node_words: int) -> None:
+def _nvlink_peers(r: _GpuReader, count: int) -> Any:
+    """NVML indices of the other GPUs this one reaches over NVLink peer-to-peer: its NVLink island
+    (direct links or through NVSwitches alike). Unavailable when a question got no answer."""
+    peers: list[int] = []
+    for other in range(count):
+        if other == r.index:
+            continue
+        handle = r.q.call("nvmlDeviceGetHandleByIndex", other, gpu=r.index)
+        if isinstance(handle, Unavailable):
+            continue  # unreachable, so no peer; its own entry says it is lost
+        status = r.call("nvmlDeviceGetP2PStatus", PeerHandle(other, handle), NVML_P2P_CAPS_INDEX_NVLINK)
+        if isinstance(status, Unavailable):
+            return status
+        try:
+            if int(status) == NVML_P2P_STATUS_OK:
+                peers.append(other)
+        except (TypeError, ValueError):
+            return Unavailable("error", f"nvmlDeviceGetP2PStatus: unexpected answer {status!r}")
+    return peers
+
+
+def _read_gpu_fields(r: _GpuReader, cpu_words: int, node_words: int, count: int) -> None:
     r.field("name", "nvmlDeviceGetName", convert=_text)
     r.field("uuid", "nvmlDeviceGetUUID", convert=_text)
     r.field("serial", "nvmlDeviceGetSerial", convert=_text)
@@ -462,6 +499,12 @@ def _read_gpu_fields(r: _GpuReader, cpu_words: int, node_words: int) -> None:
     r.put("nvlink_links", failure if failure is not None else links)
     r.put("nvlink_active", failure if failure is not None else active)
     r.check_lost()
+    # A GPU with no link up has no NVLink peers: asked (one call per other GPU) only with one up.
+    if failure is not None:
+        r.put("nvlink_peers", failure)
+    else:
+        r.put("nvlink_peers", _nvlink_peers(r, count) if active else [])
+    r.check_lost()
 
     r.field("compute_mode", "nvmlDeviceGetComputeMode",
             convert=lambda v: COMPUTE_MODES.get(int(v), f"unknown_{int(v)}"))
@@ -478,15 +521,15 @@ def _read_gpu_fields(r: _GpuReader, cpu_words: int, node_words: int) -> None:
     r.field("processes", "nvmlDeviceGetComputeRunningProcesses", convert=len)
 
 
-def _read_gpu(nv: Any, sink: Sink, index: int, cpu_words: int, node_words: int) -> None:
+def _read_gpu(nv: Any, sink: Sink, index: int, cpu_words: int, node_words: int, count: int) -> None:
     try:
-        _read_one_gpu(_Query(nv, sink), sink, index, cpu_words, node_words)
+        _read_one_gpu(_Query(nv, sink), sink, index, cpu_words, node_words, count)
     except Exception as exc:  # a bug here must not hide the other GPUs
         sink.crashed(f"reading GPU {index}: {type(exc).__name__}: {exc}")
     sink.gpu_done(index)
 
 
-def _read_one_gpu(q: _Query, sink: Sink, index: int, cpu_words: int, node_words: int) -> None:
+def _read_one_gpu(q: _Query, sink: Sink, index: int, cpu_words: int, node_words: int, count: int) -> None:
     sink.gpu(index, "lost", False)
     handle = q.call("nvmlDeviceGetHandleByIndex", index, gpu=index)
     if isinstance(handle, Unavailable):
@@ -497,7 +540,7 @@ def _read_one_gpu(q: _Query, sink: Sink, index: int, cpu_words: int, node_words:
         return
     r = _GpuReader(q, sink, index, handle)
     try:
-        _read_gpu_fields(r, cpu_words, node_words)
+        _read_gpu_fields(r, cpu_words, node_words, count)
     except _GpuLost:
         sink.gpu(index, "lost", True)
         lost = r.lost_at.detail if r.lost_at is not None else "GPU lost"
@@ -547,7 +590,7 @@ def read_nvml(nv: Any, sink: Sink, cpu_words: int = 1, node_words: int = 1, para
         return
     if not parallel or count < 1:
         for index in range(count):
-            _read_gpu(nv, sink, index, cpu_words, node_words)
+            _read_gpu(nv, sink, index, cpu_words, node_words, count)
         return
     # NVML builds its CPU/NUMA topology on the first affinity query of a process, under a lock
     # (about 16 ms on a 2 x H200 host). A side thread asks early, so that overlaps the GPU
@@ -557,7 +600,9 @@ def read_nvml(nv: Any, sink: Sink, cpu_words: int = 1, node_words: int = 1, para
     # One thread per GPU: NVML is thread-safe and ctypes drops the GIL, so the GPUs' first-call
     # latencies (RPCs to each GPU's firmware) overlap, and one hung GPU does not keep the others unread.
     threads = [
-        threading.Thread(target=_read_gpu, args=(nv, sink, i, cpu_words, node_words), name=f"nvml-gpu{i}", daemon=True)
+        threading.Thread(
+            target=_read_gpu, args=(nv, sink, i, cpu_words, node_words, count), name=f"nvml-gpu{i}", daemon=True
+        )
         for i in range(count)
     ]
     for thread in threads:

@@ -118,7 +118,9 @@ class RecordingBackend:
             if args and isinstance(args[0], _RecordedHandle):
                 index: int | None = args[0].index
                 table = self._device(args[0].index)
-                real_args = (args[0].handle,) + args[1:]
+                real_args = (args[0].handle,) + tuple(
+                    a.handle if isinstance(a, _RecordedHandle) else a for a in args[1:]
+                )
                 key = call_key(name, args[1:])
             else:
                 index, table, real_args, key = None, self._system, args, call_key(name, args)

@@ -41,7 +41,9 @@ Recorded format (format 1), written by ``gpudoctor.probes.nvml_record.record``
 Keys are pynvml function names. When a call takes arguments besides the
 device handle, they follow in parentheses, comma-separated, as decimal
 integers (``nvmlDeviceGetTemperatureThreshold(1)``,
-``nvmlDeviceGetNvLinkState(17)``). Buffer-size arguments (the ``cpuSetSize``
+``nvmlDeviceGetNvLinkState(17)``); a second device handle is written as
+that device's index (``nvmlDeviceGetP2PStatus(1,2)``: peer GPU 1,
+capability 2). Buffer-size arguments (the ``cpuSetSize``
 / ``nodeSetSize`` of the affinity calls, see :data:`SIZE_ARGUMENTS`) describe
 the caller's buffer, not the question, so they are left out of the key; the
 fake pads a recorded mask with zero words up to the size asked for and never
@@ -87,9 +89,12 @@ SIZE_ARGUMENTS: dict[str, int] = {
 
 
 def call_key(name: str, args: Sequence[Any] = ()) -> str:
-    """The recorded key of a call: name plus its non-handle, non-size arguments."""
+    """The recorded key of a call: name plus its non-handle, non-size arguments.
+
+    A second device handle among the arguments (``nvmlDeviceGetP2PStatus``'s peer) is written as
+    that device's NVML index: every handle type the probe passes around carries ``index``."""
     skip = SIZE_ARGUMENTS.get(name)
-    shown = [str(int(a)) for i, a in enumerate(args) if i != skip]
+    shown = [str(int(getattr(a, "index", a))) for i, a in enumerate(args) if i != skip]
     return f"{name}({','.join(shown)})" if shown else name
 
 

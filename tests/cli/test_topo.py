@@ -98,3 +98,24 @@ def test_bad_snapshot_exits_2(capsys, tmp_path):
     bad.write_text("{not json")
     code, out, err = cli(capsys, "topo", "--facts", str(bad))
     assert code == 2 and out == "" and err.count("\n") == 1
+
+
+def test_nvlink_islands_are_shown(capsys, tmp_path):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-dgx-8gpu"))
+    assert code == 0 and "NVLink islands (peer-to-peer over NVLink): GPUs 0,1,2,3,4,5,6,7" in out
+    # two bridged pairs, from a snapshot whose peers were rewired
+    code, out, _ = cli(capsys, "probe", "--root", str(HOSTS / "numa-vm-2node"))
+    facts = json.loads(out)
+    for gpu in facts["nvml"]["gpus"]:
+        gpu["nvlink_peers"] = [gpu["index"] ^ 1]
+    snapshot = tmp_path / "pairs.json"
+    snapshot.write_text(json.dumps(facts))
+    code, out, _ = cli(capsys, "topo", "--facts", str(snapshot))
+    assert code == 0 and "NVLink islands (peer-to-peer over NVLink): GPUs 0,1 · GPUs 2,3" in out
+    code, out, _ = cli(capsys, "topo", "--facts", str(snapshot), "--format", "json")
+    data = json.loads(out)
+    assert data["nvlink_islands"] == [[0, 1], [2, 3]]
+    assert [g["nvlink_peers"] for g in data["gpus"]] == [[1], [0], [3], [2]]
+    # no NVLink: no islands line
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-1socket-4ccx"))
+    assert code == 0 and "NVLink islands" not in out

@@ -230,7 +230,21 @@ def _table(lay: Layout) -> list[str]:
     sources = sorted({g.node_source for g in lay.gpus if g.node_source != "sysfs numa_node"})
     for source in sources:
         out.append(f"NUMA node from: {source}")
+    islands = nvlink_island_lists(lay.gpus)
+    if islands:
+        shown = " · ".join("GPUs " + ",".join(str(i) for i in island) for island in islands)
+        out.append(f"NVLink islands (peer-to-peer over NVLink): {shown}")
     return out
+
+
+def nvlink_island_lists(gpus: list[GpuInfo]) -> list[list[int]]:
+    """The NVLink islands among these GPUs, each a sorted list of NVML indices."""
+    from ..advice.gpu_select import nvlink_islands
+
+    members: dict[int, list[int]] = {}
+    for index, island in nvlink_islands([g.nvml for g in gpus if g.nvml]).items():
+        members.setdefault(island, []).append(index)
+    return [sorted(m) for _, m in sorted(members.items())]
 
 
 # --- json -----------------------------------------------------------------------------------------
@@ -266,6 +280,8 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
             "link_width": g.pci_int("link_width"),
             "nvlink_active": g.nvml_int("nvlink_active"),
             "nvlink_links": g.nvml_int("nvlink_links"),
+            "nvlink_peers": g.nvml.get("nvlink_peers") if g.nvml and isinstance(g.nvml.get("nvlink_peers"), list)
+            else None,
             "nearest_nic": None
             if choice is None
             else {"rdma_device": choice.nic.name, "bus_id": choice.nic.bus_id, "relation": choice.relation},
@@ -286,6 +302,7 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
             }
             for n in lay.nics
         ],
+        "nvlink_islands": nvlink_island_lists(lay.gpus),
         "relations": list(RELATIONS.values()),
         "notes": lay.notes,
     }

@@ -24,6 +24,7 @@ import ast
 import difflib
 import re
 import string
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -212,10 +213,13 @@ class FactView:
 
 
 def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
+    if type(value) in _PLAIN:  # most facts: no slower abstract-class checks
+        reads.append((path, value))
+        return value
     if isinstance(value, Unavailable):
         reads.append((path, value))
         raise FactUnavailable(path, value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, Mapping)):  # dict first: the common case, without the ABC machinery
         return FactView(value, path, reads)
     if isinstance(value, list) and value and isinstance(value[0], Mapping):
         return [FactView(v, f"{path}[{i}]", reads) for i, v in enumerate(value)]
@@ -234,6 +238,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         # Whether the node being evaluated builds its value (facts and constants are not
         # measured: they are bounded by the snapshot and the rule file they come from).
         self._builds = False
+        self.busy = False  # an evaluation is running (see _evaluator_for)
 
     def cells(self, value: Any) -> int:
         size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
@@ -319,8 +324,31 @@ class Expression:
     paths: tuple[str, ...]
 
     def evaluate(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> Any:
-        evaluator = _Evaluator(operators=OPERATORS, names=dict(names), functions=dict(functions))
-        return evaluator.eval(self.source, previously_parsed=self.tree)
+        evaluator = _evaluator_for(functions)
+        if evaluator is None:  # in use further up this thread's stack: a fresh one
+            evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
+        evaluator.names = dict(names)
+        evaluator._sizes = {}
+        evaluator._builds = False
+        evaluator.busy = True
+        try:
+            return evaluator.eval(self.source, previously_parsed=self.tree)
+        finally:
+            evaluator.busy = False
+
+
+# One evaluator per thread and function table, reused from one evaluation to the next: building
+# one (simpleeval's node table, the function checks) cost more than evaluating most rules.
+_LOCAL = threading.local()
+
+
+def _evaluator_for(functions: Mapping[str, Callable[..., Any]]) -> _Evaluator | None:
+    cached = getattr(_LOCAL, "evaluator", None)
+    if cached is None or cached[0] is not functions:
+        cached = (functions, _Evaluator(operators=OPERATORS, names={}, functions=dict(functions)))
+        _LOCAL.evaluator = cached
+    evaluator: _Evaluator = cached[1]
+    return None if evaluator.busy else evaluator
 
 
 def _dotted(node: ast.AST) -> str | None:

@@ -10,7 +10,9 @@ type, bad expression, unknown fact, duplicate id, unknown table) raises
 
 from __future__ import annotations
 
+import ast
 import datetime
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +121,15 @@ class Rule:
     source: str = ""
     line: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def names_used(self) -> frozenset[str]:
+        """Every name the rule's expressions and templates refer to (sections, subject, helpers)."""
+        trees = [e.tree for e in (self.applies, self.fail_if) if e is not None]
+        for template in (self.message, self.fix, self.pass_message):
+            if template is not None:
+                trees += [expr.tree for _, expr, _ in template.parts if expr is not None]
+        return frozenset(node.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Name))
 
     @property
     def facts_used(self) -> list[str]:
@@ -350,6 +361,8 @@ def load_rules(
     if isinstance(cached, RuleSet):
         return cached
     ruleset = _load_uncached(dirs)
+    for rule in ruleset.rules:
+        _ = rule.names_used  # worked out once here, so cached rule sets carry it
     rule_cache.store(cache_key, ruleset)
     return ruleset
 

@@ -22,6 +22,9 @@ from typing import Any, Iterable
 
 from .. import __version__
 
+# Bumped when what is pickled changes shape (2: rules carry names_used), so no older pickle is read.
+FORMAT = 2
+
 
 def cache_dir() -> Path | None:
     if os.environ.get("GPUDOCTOR_NO_CACHE"):
@@ -34,7 +37,7 @@ def cache_dir() -> Path | None:
 
 
 def key(files: Iterable[Path]) -> str | None:
-    h = hashlib.sha256(f"{__version__}|{sys.version}".encode())
+    h = hashlib.sha256(f"{__version__}|{FORMAT}|{sys.version}".encode())
     for path in files:
         try:
             st = os.stat(path)

@@ -72,9 +72,11 @@ def evaluate_rule(
     functions: Mapping[str, Any],
 ) -> Finding:
     reads: list[tuple[str, Any]] = []
-    names = section_views(facts, SECTIONS, reads)
-    gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
-    names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
+    used = rule.names_used  # only what the rule refers to is wrapped: most rules read one or two sections
+    names = section_views(facts, [s for s in SECTIONS if s in used], reads)
+    if "gpus" in used:
+        gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
+        names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
     variable = SUBJECT_VARIABLE[rule.subject]
     if variable and data is not None:
         names[variable] = wrap(data, variable, reads)

@@ -439,6 +439,9 @@ def run(argv: Sequence[str] | None = None, command: click.Command | None = None,
 
 def entry() -> None:
     code = run()
+    from .probes.nvml import discard_prestarted
+
+    discard_prestarted()
     # Leave without the interpreter's teardown (freeing every module and object: about 15 ms,
     # a tenth of a check), once what was written has reached its file descriptors. gpudoctor
     # registers no exit handlers and leaves no threads; its files are written atomically before this.

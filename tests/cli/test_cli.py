@@ -246,3 +246,23 @@ def test_rule_pack_from_an_entry_point_loads_like_rules_dir(tmp_path, monkeypatc
     ruleset = load_rules()
     rule = ruleset.by_id("acme-flag")
     assert rule is not None and rule.source.endswith("acme.yaml")
+
+
+def test_console_entry_probes_the_live_machine_with_nvml_started_before_parsing():
+    # `python -m gpudoctor check` forks NVML's child before click parses the command line; the
+    # live probe adopts it: the report is complete and NVML's section is the one a probe reads.
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "probe"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["meta"]["probes"]["nvml"]["status"] == "ok"
+    assert facts["nvml"]["status"] in ("ok", "library_not_found", "driver_not_loaded", "error")
+    # a command that stops before probing leaves no NVML child behind and says why in one line
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--only", "no-such-check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("gpudoctor: error: --only/--skip")

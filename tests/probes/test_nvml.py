@@ -772,3 +772,69 @@ def test_nvlink_peers_unavailable_when_nvml_cannot_say(tmp_path: Path) -> None:
     gpus = probe(tmp_path, answers)["gpus"]
     assert isinstance(gpus[0]["nvlink_peers"], Unavailable) and gpus[0]["nvlink_peers"].reason == "no_permission"
     assert gpus[1]["nvlink_peers"] == [0]
+
+
+# --- the console script's prestart ----------------------------------------------------------
+
+
+@pytest.fixture
+def no_prestart_left() -> Any:
+    yield
+    nvml.discard_prestarted()
+
+
+def _wait_children_gone(seconds: float = 2.0) -> list[Any]:
+    end = time.monotonic() + seconds
+    while psutil.Process().children() and time.monotonic() < end:
+        nvml._reap_leftovers()
+        time.sleep(0.01)
+    return psutil.Process().children()
+
+
+@pytest.mark.parametrize(
+    ("argv", "started"),
+    [
+        (["check"], True),
+        (["gate", "--expect-gpus", "8"], True),
+        (["select", "-n", "2"], True),
+        (["check", "--root", "/tmp/x"], False),
+        (["check", "--facts=host.json"], False),
+        (["topo", "--sysfs-root", "/x/sys"], False),
+        (["check", "--help"], False),
+        (["rules", "list"], False),
+        (["report", "merge", "a.json"], False),
+        (["--version"], False),
+        ([], False),
+    ],
+)
+def test_prestart_only_for_a_live_probe(argv: list[str], started: bool, no_prestart_left: Any) -> None:
+    assert nvml.prestart(argv) is started
+    nvml.discard_prestarted()
+    assert _wait_children_gone() == []
+
+
+def test_prestarted_child_is_adopted_by_a_live_probe(no_prestart_left: Any) -> None:
+    fresh = nvml.collect(make_context())
+    assert nvml.prestart(["check"])
+    prestarted = nvml._PRESTARTED[0][1]
+    pending = nvml.start(make_context())
+    assert pending.child is prestarted and not nvml._PRESTARTED
+    section = pending.result()
+    assert (section["status"], section["error"], section["gpus"]) == (fresh["status"], fresh["error"], fresh["gpus"])
+    assert _wait_children_gone() == []
+
+
+@pytest.mark.parametrize("how", ["shorter deadline", "longer deadline", "fixture root"])
+def test_prestarted_child_is_not_adopted_when_it_would_differ(how: str, no_prestart_left: Any) -> None:
+    assert nvml.prestart(["gate"])
+    prestarted = nvml._PRESTARTED[0][1]
+    if how == "fixture root":
+        ctx = make_context(root=str(HOSTS / "healthy-2gpu"))
+    else:
+        ctx = make_context(nvml_timeout=1.0 if how == "shorter deadline" else 20.0)
+    pending = nvml.start(ctx)
+    assert pending.child is not prestarted and prestarted.waited and not nvml._PRESTARTED
+    section = pending.result()
+    if how == "fixture root":
+        assert section == HEALTHY
+    assert _wait_children_gone() == []

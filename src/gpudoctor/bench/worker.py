@@ -442,17 +442,18 @@ class TorchBackend:
         self._set_tf32(dtype == "tf32")
         a = self._random((n, n), tdtype, gpu)
         b = self._random((n, n), tdtype, gpu)
-        out = torch.empty((n, n), device=self.dev(gpu), dtype=tdtype)
 
         def fn() -> None:
-            torch.matmul(a, b, out=out)
+            # `a @ b` as a training step writes it (a new output from torch's caching allocator,
+            # the same block every call): `out=` can take another library path
+            torch.matmul(a, b)
 
         fn()
         self.sync(gpu)
 
         def cleanup() -> None:
-            nonlocal a, b, out
-            del a, b, out
+            nonlocal a, b
+            del a, b
             self._set_tf32(False)
 
         return _Ctx(fn, cleanup)

@@ -1137,14 +1137,66 @@ class PendingNvml:
     about 90 ms on a 2 x H200 host) can overlap other probes; :meth:`result` collects it."""
 
     def __init__(self, ctx: ProbeContext) -> None:
-        self.sink = Assembler()
-        self.child = PendingChild(make_plan(ctx), ctx.budget(ctx.nvml_timeout), self.sink)
+        timeout = ctx.budget(ctx.nvml_timeout)
+        adopted = _take_prestarted(ctx, timeout)
+        if adopted is not None:
+            self.sink, self.child = adopted
+        else:
+            self.sink = Assembler()
+            self.child = PendingChild(make_plan(ctx), timeout, self.sink)
 
     def result(self) -> dict[str, Any]:
         return self.sink.result(self.child.wait())
 
     def cancel(self) -> None:
         self.child.cancel()
+
+
+# ---------------------------------------------------------------------------
+# Starting before the command line is parsed (the console script's first step).
+
+# Commands that probe this machine unless told otherwise, and the options that tell them otherwise.
+PROBING_COMMANDS = frozenset({"check", "probe", "gate", "select", "topo", "fix", "run", "tiers", "bench"})
+_NOT_LIVE = ("--facts", "--root", "--sysfs-root", "--procfs-root", "--help", "-h")
+_PRESTARTED: list[tuple[Assembler, PendingChild]] = []
+
+
+def prestart(argv: list[str], timeout: float = 5.0) -> bool:
+    """Fork the NVML child for a live probe now, when `argv` is a command that will want one.
+
+    The console script calls this before it imports click and parses the command line (about
+    20 ms on a 2 x H200 host), so NVML's own start-up overlaps them. The probe adopts the child
+    only when it would have started the same one (see _take_prestarted); an unused child is
+    stopped by discard_prestarted(). A guess from argv alone: the command is the first word
+    that is not an option, and any option that points elsewhere (--facts, --root, ...) or asks
+    for help means no prestart."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in PROBING_COMMANDS or _PRESTARTED:
+        return False
+    if any(a == option or a.startswith(option + "=") for a in argv for option in _NOT_LIVE):
+        return False
+    sink = Assembler()
+    _PRESTARTED.append((sink, PendingChild(make_plan(ProbeContext()), timeout, sink)))
+    return True
+
+
+def _take_prestarted(ctx: ProbeContext, timeout: float) -> tuple[Assembler, PendingChild] | None:
+    """The prestarted child, when `ctx` probes this machine and the child's deadline is the one a
+    child started now would get (within a second, never later); else it is stopped, and None."""
+    if not _PRESTARTED:
+        return None
+    sink, child = _PRESTARTED.pop()
+    wanted = time.monotonic() + timeout
+    if ctx.live and ctx.nvml_replay is None and wanted - 1.0 <= child.deadline <= wanted:
+        return sink, child
+    child.cancel()
+    return None
+
+
+def discard_prestarted() -> None:
+    """Stop a prestarted child nobody adopted (the command failed first, or did not probe)."""
+    while _PRESTARTED:
+        _PRESTARTED.pop()[1].cancel()
 
 
 def start(ctx: ProbeContext) -> PendingNvml:

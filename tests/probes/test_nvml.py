@@ -802,6 +802,7 @@ def _wait_children_gone(seconds: float = 2.0) -> list[Any]:
         (["topo", "--sysfs-root", "/x/sys"], False),
         (["check", "--help"], False),
         (["rules", "list"], False),
+        (["run", "--numa", "--", "python", "train.py"], False),
         (["report", "merge", "a.json"], False),
         (["--version"], False),
         ([], False),

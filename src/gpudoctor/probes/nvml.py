@@ -1155,8 +1155,9 @@ class PendingNvml:
 # ---------------------------------------------------------------------------
 # Starting before the command line is parsed (the console script's first step).
 
-# Commands that probe this machine unless told otherwise, and the options that tell them otherwise.
-PROBING_COMMANDS = frozenset({"check", "probe", "gate", "select", "topo", "fix", "run", "tiers", "bench"})
+# Commands that probe this machine with NVML unless told otherwise, and the options that tell them
+# otherwise. (`run` is not one: it asks NVML only when sysfs cannot place a GPU, then execs.)
+PROBING_COMMANDS = frozenset({"check", "probe", "gate", "select", "topo", "fix", "tiers", "bench"})
 _NOT_LIVE = ("--facts", "--root", "--sysfs-root", "--procfs-root", "--help", "-h")
 _PRESTARTED: list[tuple[Assembler, PendingChild]] = []
 

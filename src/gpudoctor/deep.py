@@ -312,6 +312,16 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
     ends = result.ends()
     running = {(e.get("gpu"), e.get("step"), e.get("peer")) for e in result.running()}
     stalled = "did not finish" if result.timed_out else "was still running when it stopped"
+
+    def stopped_in(rule: str, subject: Subject, what: str, detail: str = ended) -> Finding:
+        """A step the child was in when it stopped: failed if the child died, else unknown (hung)."""
+        if died:
+            return _finding(rule, subject, Status.FAIL, f"{what}: {ended}")
+        return _finding(rule, subject, Status.UNKNOWN, what, detail=detail, cause=f"{cause} (hung)")
+
+    def not_reached(rule: str, subject: Subject) -> Finding:
+        return _finding(rule, subject, Status.UNKNOWN, f"not reached: {ended}", detail=ended, cause=cause)
+
     for i, subject in subjects.items():
         failed = next(
             (ends[(i, s, None)] for s in GPU_STEPS if (i, s, None) in ends and ends[(i, s, None)].get("ok") is False),
@@ -329,13 +339,8 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
             )
         elif hung is not None:
             what = f"{subject.label} {stalled} step '{hung}' ({_STEP_WORDS[hung]})"
-            if died:
-                out.append(_finding("gate-deep-gpu", subject, Status.FAIL, f"{what}: {ended}"))
-            else:
-                detail = f"{ended}; the GPU or its driver may be hung: check dmesg for Xid errors"
-                out.append(
-                    _finding("gate-deep-gpu", subject, Status.UNKNOWN, what, detail=detail, cause=f"{cause} (hung)")
-                )
+            detail = f"{ended}; the GPU or its driver may be hung: check dmesg for Xid errors"
+            out.append(stopped_in("gate-deep-gpu", subject, what, detail))
         elif all((i, s, None) in ends for s in GPU_STEPS):
             took = sum(float(ends[(i, s, None)].get("s") or 0) for s in GPU_STEPS)
             matmul = ends[(i, "matmul", None)]
@@ -350,9 +355,7 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
                 )
             )
         else:
-            out.append(
-                _finding("gate-deep-gpu", subject, Status.UNKNOWN, f"not reached: {ended}", detail=ended, cause=cause)
-            )
+            out.append(not_reached("gate-deep-gpu", subject))
 
     if len(subjects) < 2:
         return out
@@ -379,19 +382,11 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
                     )
                 )
         elif key in running:
-            what = f"copy {subject.label} → {target} {stalled}"
-            if died:
-                out.append(_finding("gate-deep-p2p", subject, Status.FAIL, f"{what}: {ended}"))
-            else:
-                out.append(
-                    _finding("gate-deep-p2p", subject, Status.UNKNOWN, what, detail=ended, cause=f"{cause} (hung)")
-                )
+            out.append(stopped_in("gate-deep-p2p", subject, f"copy {subject.label} → {target} {stalled}"))
         elif not gpu_ok:
             out.append(_finding("gate-deep-p2p", subject, Status.SKIP, "not run: a GPU failed its own test first"))
         else:
-            out.append(
-                _finding("gate-deep-p2p", subject, Status.UNKNOWN, f"not reached: {ended}", detail=ended, cause=cause)
-            )
+            out.append(not_reached("gate-deep-p2p", subject))
 
     key = (None, "allreduce", None)
     names = ", ".join(str(i) for i in order)
@@ -419,19 +414,11 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
                 )
             )
     elif key in running:
-        what = f"NCCL all-reduce among GPUs {names} {stalled}"
-        if died:
-            out.append(_finding("gate-deep-allreduce", HOST, Status.FAIL, f"{what}: {ended}"))
-        else:
-            out.append(
-                _finding("gate-deep-allreduce", HOST, Status.UNKNOWN, what, detail=ended, cause=f"{cause} (hung)")
-            )
+        out.append(stopped_in("gate-deep-allreduce", HOST, f"NCCL all-reduce among GPUs {names} {stalled}"))
     elif not gpu_ok or any(f.rule_id == "gate-deep-p2p" and f.status is Status.FAIL for f in out):
         out.append(_finding("gate-deep-allreduce", HOST, Status.SKIP, "not run: a GPU test failed first"))
     else:
-        out.append(
-            _finding("gate-deep-allreduce", HOST, Status.UNKNOWN, f"not reached: {ended}", detail=ended, cause=cause)
-        )
+        out.append(not_reached("gate-deep-allreduce", HOST))
     return out
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..engine.subjects import normalise_bus_id
+from ..engine.subjects import is_compute_gpu, normalise_bus_id
 from ..probes.files import format_cpulist
 
 
@@ -235,15 +235,6 @@ class GpuInfo:
         return _int(self.pci.get(key)) if self.pci else None
 
 
-def _is_compute_gpu(dev: Mapping[str, Any]) -> bool:
-    if dev.get("kind") != "gpu":
-        return False
-    if dev.get("vendor") in ("nvidia", "amd"):
-        return True
-    code = dev.get("class_code")
-    return isinstance(code, str) and code.lower().startswith(("0x0302", "0x12"))
-
-
 def nvml_ok(facts: Mapping[str, Any]) -> bool:
     return _section(facts, "nvml").get("status") == "ok"
 
@@ -258,7 +249,7 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
     pci_devices = [d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping)]
     by_bus: dict[str, Mapping[str, Any]] = {}
     for dev in pci_devices:
-        if _is_compute_gpu(dev) and isinstance(dev.get("bus_id"), str):
+        if is_compute_gpu(dev) and isinstance(dev.get("bus_id"), str):
             by_bus[normalise_bus_id(dev["bus_id"])] = dev
     gpus: list[GpuInfo] = []
     nvml = _section(facts, "nvml")

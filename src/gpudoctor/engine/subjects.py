@@ -40,7 +40,7 @@ def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _is_compute_gpu(dev: Mapping[str, Any]) -> bool:
+def is_compute_gpu(dev: Mapping[str, Any]) -> bool:
     """NVIDIA and AMD GPUs, and other vendors' 3D controllers/accelerators; not a BMC's VGA chip."""
     if dev.get("kind") != "gpu":
         return False
@@ -56,7 +56,7 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     nvml_ok = status == "ok"
     nvml_gpus = _list(nvml.get("gpus"))
     pci_gpus = [
-        d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and _is_compute_gpu(d)
+        d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and is_compute_gpu(d)
     ]
     by_bus: dict[str, Mapping[str, Any]] = {}
     for dev in pci_gpus:

@@ -1,29 +1,78 @@
-"""A per-user cache of compiled rule sets, so `check` skips YAML parsing, schema validation and
-expression compilation (about 30 ms on a GPU host) when no rule file changed.
+"""A per-user cache of parsed rule files and data tables, so `check` skips reading YAML (about
+two thirds of loading the rules) when no rule file changed.
 
-The key covers the gpudoctor and Python versions and the path, size and mtime of every rule
-and table file, so any edit invalidates it. Only rule sets that loaded without error are
-cached. The cache holds pickles, which run code when loaded — the same trust as Python's
-own __pycache__ — so it lives in a directory of the user's own (mode 0700, owned by this
-user, not writable by others) and is ignored otherwise. GPUDOCTOR_NO_CACHE=1 disables it;
-GPUDOCTOR_CACHE_DIR moves it. Any cache problem silently falls back to loading the files.
+What is cached is plain data: for every rule, the mapping its rule file held (after schema
+validation), with the file and line it came from; every data table; the list of rule files. It
+is stored as JSON, which cannot run code when read. Loading an entry checks its shape and types,
+validates the rules and tables against their schemas again, and compiles every expression and
+template again (the same checks as for a rule file: fact paths, helpers, tables), so an entry
+can hold nothing that a rule file could not; anything odd is a miss.
+
+The key is a hash of the bytes of every rule and table file (and their paths), the gpudoctor
+version, this cache's FORMAT and the Python version, so any edit invalidates it, even one that
+keeps a file's size and mtime. Files are read for it as the loader reads them: regular files
+only, at most MAX_SOURCE_BYTES each (anything else: no caching, the loader reports it).
+
+gpudoctor runs as root, often with HOME or XDG_CACHE_HOME pointing somewhere another user
+controls, so the directory is reached one component at a time without trusting a path:
+
+- each component is opened with O_NOFOLLOW relative to the one before; a directory on the way
+  must be owned by root or this user and not writable by others (unless sticky, like /tmp, and
+  then what is in it must be owned by root or this user); a symlink on the way is followed only
+  if it is owned by root or this user; the last component must be a real directory (never a
+  symlink), owned by this (effective) user, not group- or other-writable — checked with fstat on
+  the open descriptor, never by path. Missing directories are created 0700. (So root run with
+  HOME=/home/alice has no cache there: only slower.)
+- an entry is opened relative to that descriptor with O_NOFOLLOW|O_NONBLOCK and must be a
+  regular file owned by this user, not writable by others, at most MAX_ENTRY_BYTES.
+- an entry is written to a temporary file created in that directory (O_EXCL, 0600) and renamed
+  into place (both relative to the descriptor); on any failure (a full disk) the temporary file
+  is removed.
+
+GPUDOCTOR_NO_CACHE=1 disables the cache; GPUDOCTOR_CACHE_DIR moves it (default
+$XDG_CACHE_HOME/gpudoctor, else ~/.cache/gpudoctor). Any cache problem silently falls back to
+loading the files.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
+import math
 import os
-import pickle
+import re
 import stat
 import sys
-import tempfile
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .. import __version__
 
-# Bumped when what is pickled changes shape (2: rules carry names_used), so no older pickle is read.
-FORMAT = 2
+if TYPE_CHECKING:
+    from .loader import RuleSet
+
+# Bumped when what is stored changes shape, or what reading a rule file gives changes, so no
+# older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules).
+FORMAT = 3
+# The built-in rules and tables come to about 220 KB of JSON.
+MAX_ENTRY_BYTES = 32 << 20
+# A rule or table file larger than this is not hashed (the loader refuses it: 4 MiB).
+MAX_SOURCE_BYTES = 4 << 20
+MAX_AGE_S = 7 * 86400  # entries not rewritten for this long are removed
+MAX_TMP_AGE_S = 3600  # temporary files of writers that died
+_MAX_SYMLINKS = 40
+
+_PREFIX = "rules-"
+_SUFFIX = ".json"
+_KEY = re.compile(r"[0-9a-f]{64}")
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | _CLOEXEC
+_SOURCE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | _CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def cache_dir() -> Path | None:
@@ -36,56 +85,350 @@ def cache_dir() -> Path | None:
     return Path(base) / "gpudoctor"
 
 
-def key(files: Iterable[Path]) -> str | None:
-    h = hashlib.sha256(f"{__version__}|{FORMAT}|{sys.version}".encode())
+# ---------------------------------------------------------------------------
+# The key
+
+
+def key(dirs: Iterable[Path], files: Iterable[Path]) -> str | None:
+    """A hash of what the rule set is made from; None (do not cache) where a file cannot be read."""
+    if cache_dir() is None:
+        return None
+    h = hashlib.sha256()
+    for part in (f"gpudoctor {__version__}", f"format {FORMAT}", sys.version):
+        _feed(h, part.encode())
+    for directory in dirs:
+        _feed(h, b"dir", os.fsencode(directory))
     for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
+        digest = _source_digest(path)
+        if digest is None:
             return None
-        h.update(f"|{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:32]
+        _feed(h, b"file", os.fsencode(path), digest)
+    return h.hexdigest()
 
 
-def _trusted(directory: Path) -> bool:
+def _feed(h: Any, *parts: bytes) -> None:
+    for part in parts:  # length-prefixed, so no two different lists of parts hash alike
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+
+
+def _source_digest(path: Path) -> bytes | None:
+    """SHA-256 of a rule or table file: a regular file (a FIFO or device is never waited on or
+    read without end) of at most MAX_SOURCE_BYTES."""
     try:
-        st = os.stat(directory)
+        fd = os.open(path, _SOURCE_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+            return None
+        data = _read_bounded(fd, MAX_SOURCE_BYTES)
+        return None if data is None else hashlib.sha256(data).digest()
     except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_bounded(fd: int, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:  # grew while being read
+            return None
+
+
+# ---------------------------------------------------------------------------
+# The directory
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _open_dir(create: bool) -> int | None:
+    """A descriptor of the cache directory, reached safely (see the module docstring), or None."""
+    directory = cache_dir()
+    if directory is None:
+        return None
+    try:
+        return _open_private_dir(os.path.abspath(directory), create)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None
+
+
+def _open_private_dir(path: str, create: bool) -> int | None:
+    euid = os.geteuid()
+    pending = _parts(path)[::-1]  # popped from the end
+    if not pending:
+        return None
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        st = os.fstat(fd)
+        hops = 0
+        while pending:
+            # Whoever may write this directory may swap what is in it: nobody but root or us,
+            # or, in a sticky directory such as /tmp, only for entries we check the owner of.
+            if st.st_uid not in (0, euid) or (st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX):
+                return None
+            name = pending.pop()
+            last = not pending
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                except FileExistsError:  # another process made it meanwhile
+                    pass
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or last:
+                    return None  # the cache directory itself is never reached through a symlink
+                link = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                hops += 1
+                if not stat.S_ISLNK(link.st_mode) or link.st_uid not in (0, euid) or hops > _MAX_SYMLINKS:
+                    return None
+                target = os.readlink(name, dir_fd=fd)
+                pending.extend(_parts(target)[::-1])  # resolved from here, or from / if absolute
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = -1
+                    fd = os.open("/", _DIR_FLAGS)
+                    st = os.fstat(fd)
+                continue
+            os.close(fd)
+            fd = child
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, euid):
+                return None
+        if st.st_uid != euid or st.st_mode & _OTHERS_WRITE:
+            return None
+        result, fd = fd, -1
+        return result
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# Entries: JSON objects {"format": FORMAT, "key": KEY, "data": ...}
+
+
+def _entry_name(cache_key: str) -> str:
+    return f"{_PREFIX}{cache_key}{_SUFFIX}"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: no rule file gives one (the YAML reader refuses it)
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def load(cache_key: str | None) -> Any | None:
-    directory = cache_dir()
-    if cache_key is None or directory is None or not _trusted(directory):
+    """The data stored under ``cache_key``, or None (missing, unsafe, malformed, another format)."""
+    if cache_key is None or not _KEY.fullmatch(cache_key):
+        return None
+    dir_fd = _open_dir(create=False)
+    if dir_fd is None:
         return None
     try:
-        with open(directory / f"rules-{cache_key}.pickle", "rb") as fh:
-            return pickle.load(fh)  # noqa: S301 - our own file in a private directory (see module docstring)
-    except Exception:  # missing, truncated, from another layout: load the files instead
+        blob = _read_entry(dir_fd, _entry_name(cache_key))
+    finally:
+        os.close(dir_fd)
+    if blob is None:
+        return None
+    try:
+        entry = json.loads(blob.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not isinstance(entry, dict) or set(entry) != {"format", "key", "data"}:
+        return None
+    if entry["format"] != FORMAT or type(entry["format"]) is not int or entry["key"] != cache_key:
+        return None
+    return entry["data"]
+
+
+def _read_entry(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & _OTHERS_WRITE
+            or st.st_size > MAX_ENTRY_BYTES
+        ):
+            return None
+        return _read_bounded(fd, MAX_ENTRY_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def store(cache_key: str | None, data: Any) -> None:
+    """Store plain data (dicts with string keys, lists, strings, numbers, booleans, None) that
+    JSON gives back unchanged; anything else, or any problem writing, and nothing is stored."""
+    if cache_key is None or not _KEY.fullmatch(cache_key):
+        return
+    dir_fd = _open_dir(create=True)
+    if dir_fd is None:
+        return
+    try:
+        blob = _encode({"format": FORMAT, "key": cache_key, "data": data})
+        if blob is not None:
+            _prune(dir_fd)
+            _write_atomically(dir_fd, _entry_name(cache_key), blob)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _encode(entry: dict[str, Any]) -> bytes | None:
+    try:
+        text = json.dumps(entry, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        # JSON would quietly turn a tuple into a list or an int key into a string: store only
+        # what reads back equal, so a hit gives exactly what loading the files gave.
+        if json.loads(text) != entry:
+            return None
+        blob = text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return blob if len(blob) <= MAX_ENTRY_BYTES else None
+
+
+def _write_atomically(dir_fd: int, name: str, blob: bytes) -> None:
+    tmp = f".{_PREFIX}{os.urandom(8).hex()}.tmp"
+    fd = os.open(tmp, _WRITE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(blob)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:  # a full disk, an interrupt: never leave the temporary file behind
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def _prune(dir_fd: int) -> None:
+    """Remove entries not rewritten for a week, temporary files of writers that died, and the
+    pickles older versions wrote (never read again)."""
+    now = time.time()
+    for name in os.listdir(dir_fd):
+        if name.startswith(_PREFIX) and name.endswith(".pickle"):
+            max_age = -1.0
+        elif name.startswith(_PREFIX) and name.endswith(_SUFFIX):
+            max_age = MAX_AGE_S
+        elif name.startswith(f".{_PREFIX}") and name.endswith(".tmp"):
+            max_age = MAX_TMP_AGE_S
+        else:
+            continue
+        try:
+            if now - os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime > max_age:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            continue
+
+
+# ---------------------------------------------------------------------------
+# Rule sets
+
+
+class _Raw(dict):  # type: ignore[type-arg]
+    """A cached rule mapping with the line it was defined at, as compile_rule reads it."""
+
+    line: int = 0
+
+
+def store_ruleset(cache_key: str | None, ruleset: RuleSet) -> None:
+    """Cache what ``ruleset`` was made from: the parsed rules and tables (no compiled objects)."""
+    if cache_key is None:
+        return
+    data = {
+        "tables": ruleset.tables,
+        "rules": [{"raw": rule.raw, "source": rule.source, "line": rule.line} for rule in ruleset.rules],
+        "sources": list(ruleset.sources),
+    }
+    store(cache_key, data)
+
+
+def load_ruleset(cache_key: str | None) -> RuleSet | None:
+    """The rule set cached under ``cache_key``, checked and compiled again; None on any problem."""
+    data = load(cache_key)
+    if data is None:
+        return None
+    try:
+        return _decode(data)
+    except Exception:  # a compile error, a wrong type deep inside: load the files instead
         return None
 
 
-def store(cache_key: str | None, value: Any) -> None:
-    directory = cache_dir()
-    if cache_key is None or directory is None:
-        return
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _trusted(directory):
-            return
-        for old in directory.glob("rules-*.pickle"):  # one entry per rule set is plenty
-            if old.stat().st_mtime < _now() - 7 * 86400:
-                old.unlink()
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rules-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, directory / f"rules-{cache_key}.pickle")
-    except Exception:
-        return
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-def _now() -> float:
-    import time
+def _decode(data: Any) -> RuleSet | None:
+    from ..schemas import validate
+    from .loader import RuleSet, compile_rule
 
-    return time.time()
+    if not isinstance(data, dict) or set(data) != {"tables", "rules", "sources"}:
+        return None
+    tables, entries, sources = data["tables"], data["rules"], data["sources"]
+    if not isinstance(tables, dict) or not isinstance(entries, list) or not _is_str_list(sources):
+        return None
+    for name, table in tables.items():
+        if not isinstance(table, dict) or table.get("name") != name or not isinstance(table.get("path"), str):
+            return None
+        if not isinstance(table.get("rows"), dict):
+            return None
+        if validate("table", {k: v for k, v in table.items() if k != "path"}) is not None:
+            return None
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != {"raw", "source", "line"}:
+            return None
+        if not isinstance(entry["raw"], dict) or not isinstance(entry["source"], str):
+            return None
+        if type(entry["line"]) is not int or entry["line"] < 0:
+            return None
+    if validate("rules", [entry["raw"] for entry in entries]) is not None:
+        return None
+    known_sources = set(sources)
+    rules = []
+    seen: set[str] = set()
+    for entry in entries:
+        if entry["source"] not in known_sources:
+            return None
+        raw = _Raw(entry["raw"])
+        raw.line = entry["line"]
+        rule = compile_rule(raw, entry["source"], tables)  # RuleLoadError: caught by load_ruleset
+        if rule.id in seen:
+            return None
+        seen.add(rule.id)
+        rules.append(rule)
+    return RuleSet(rules=rules, tables=tables, sources=list(sources))

@@ -1,0 +1,359 @@
+"""The rule cache never runs code and is never read from or written to a place someone else
+controls: gpudoctor runs as root, often with HOME somewhere another user can write
+(`sudo --preserve-env=HOME`).
+
+Each test plants what an attacker (or a full disk, or an editor) would leave and checks what a
+user sees: the rules that load, whether the planted entry was used, what is left on disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.engine import loader
+from gpudoctor.engine.loader import RuleSet, load_rules
+from tests.conftest import REPO
+
+RULE = """\
+- id: cached-check
+  title: A cached check
+  area: env
+  severity: warning
+  fail_if: host.env.FLAG == "1"
+  message: "FLAG is {host.env.FLAG}"
+  fix: unset FLAG
+  why: because it is a test
+  refs: [test]
+"""
+OTHER_UID = 12345
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files owned by another user")
+
+
+def make_pack(tmp_path: Path, text: str = RULE) -> Path:
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "r.yaml").write_text(text)
+    return pack
+
+
+def load(pack: Path) -> RuleSet:
+    return load_rules([pack], include_builtin=False, include_plugins=False)
+
+
+def use_cache(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    monkeypatch.delenv("GPUDOCTOR_NO_CACHE", raising=False)
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(directory))
+
+
+def entries(directory: Path) -> list[Path]:
+    """What the cache wrote in ``directory`` (whatever its format)."""
+    return sorted(p for p in directory.iterdir() if p.name.startswith("rules-"))
+
+
+def populate(monkeypatch: pytest.MonkeyPatch, cache: Path, pack: Path) -> list[Path]:
+    """Load once so that ``cache`` holds the entry for ``pack``; the entry files."""
+    use_cache(monkeypatch, cache)
+    load(pack)
+    written = entries(cache)
+    assert written, "the first load stores an entry"
+    return written
+
+
+class LoadCounter:
+    """Counts the loads that read the rule files (a cache miss) rather than the cache."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.misses = 0
+        real = loader._load_uncached
+
+        def counted(dirs: list[Path]) -> RuleSet:
+            self.misses += 1
+            return real(dirs)
+
+        monkeypatch.setattr(loader, "_load_uncached", counted)
+
+
+def assert_cache_is_used(monkeypatch: pytest.MonkeyPatch, pack: Path) -> None:
+    counter = LoadCounter(monkeypatch)
+    ruleset = load(pack)
+    assert ruleset.by_id("cached-check") is not None
+    assert counter.misses == 0, "the cache was not used"
+
+
+def assert_cache_is_not_used(monkeypatch: pytest.MonkeyPatch, pack: Path) -> RuleSet:
+    counter = LoadCounter(monkeypatch)
+    ruleset = load(pack)
+    assert ruleset.by_id("cached-check") is not None, "the rules still load, from the files"
+    assert counter.misses == 1, "the cache was used"
+    return ruleset
+
+
+# ---------------------------------------------------------------------------
+# Nothing in the cache runs code
+
+
+def mkdir_when_unpickled(path: Path) -> bytes:
+    class Payload:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.mkdir, (str(path),))
+
+    return pickle.dumps(Payload())
+
+
+def test_a_pickle_planted_in_the_cache_never_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    planted = populate(monkeypatch, cache, pack)
+
+    probe = tmp_path / "payload-works"
+    pickle.loads(mkdir_when_unpickled(probe))  # noqa: S301 - the payload is real: unpickling it runs os.mkdir
+    assert probe.is_dir()
+
+    marker = tmp_path / "payload-ran"
+    for entry in planted:  # in place of every entry the cache wrote, under its own name
+        entry.write_bytes(mkdir_when_unpickled(marker))
+    ruleset = assert_cache_is_not_used(monkeypatch, pack)
+    assert not marker.exists(), "loading the rules ran code from the cache"
+    assert [r.id for r in ruleset.rules] == ["cached-check"]
+    assert_cache_is_used(monkeypatch, pack)  # and the planted entry was replaced by a good one
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------
+# The cache directory and entry are reached without following anyone's symlinks
+
+
+def test_a_symlinked_cache_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tmp_path / "real"
+    pack = make_pack(tmp_path)
+    populate(monkeypatch, real, pack)
+    before = {p.name: p.read_bytes() for p in real.iterdir()}
+
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    use_cache(monkeypatch, link)
+    assert_cache_is_not_used(monkeypatch, pack)
+    assert {p.name: p.read_bytes() for p in real.iterdir()} == before, "nothing is written through the link"
+
+
+@as_root
+def test_a_symlink_another_user_placed_on_the_way_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # HOME=/home/alice, root runs gpudoctor: alice points ~/.cache at a directory of her choice
+    target = tmp_path / "target"
+    pack = make_pack(tmp_path)
+    populate(monkeypatch, target / "gpudoctor", pack)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".cache").symlink_to(target)
+    os.lchown(home / ".cache", OTHER_UID, OTHER_UID)
+    use_cache(monkeypatch, home / ".cache" / "gpudoctor")
+    assert_cache_is_not_used(monkeypatch, pack)
+
+    # the same link made by root (as /home -> /data/home is) is followed
+    os.lchown(home / ".cache", 0, 0)
+    assert_cache_is_used(monkeypatch, pack)
+
+
+def test_a_symlinked_cache_entry_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for entry in populate(monkeypatch, cache, pack):
+        moved = elsewhere / entry.name
+        shutil.move(str(entry), moved)
+        entry.symlink_to(moved)
+    assert_cache_is_not_used(monkeypatch, pack)
+
+
+# ---------------------------------------------------------------------------
+# Only a directory and entry nobody else can write are trusted
+
+
+def test_a_cache_directory_others_can_swap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"  # e.g. a HOME another user can write
+    shared.mkdir()
+    cache = shared / "gpudoctor"
+    pack = make_pack(tmp_path)
+    populate(monkeypatch, cache, pack)
+
+    shared.chmod(0o777)  # the cache directory is still ours and 0700, but anyone can replace it
+    assert_cache_is_not_used(monkeypatch, pack)
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+    shared.chmod(0o1777)  # sticky, as /tmp: only its owner (us) can rename our directory
+    assert_cache_is_used(monkeypatch, pack)
+
+    shared.chmod(0o755)
+    cache.chmod(0o770)  # the cache directory itself group-writable
+    assert_cache_is_not_used(monkeypatch, pack)
+
+
+@as_root
+def test_a_cache_entry_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    for entry in populate(monkeypatch, cache, pack):
+        os.chown(entry, OTHER_UID, OTHER_UID)
+    assert_cache_is_not_used(monkeypatch, pack)
+    assert_cache_is_used(monkeypatch, pack)  # replaced by an entry of our own
+
+
+# ---------------------------------------------------------------------------
+# The key is the content
+
+
+def test_an_edit_that_keeps_size_and_mtime_invalidates_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    rule_file = pack / "r.yaml"
+    populate(monkeypatch, cache, pack)
+    st = rule_file.stat()
+
+    edited = RULE.replace("cached-check", "edited-check")
+    assert len(edited) == len(RULE)
+    rule_file.write_text(edited)
+    os.utime(rule_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert rule_file.stat().st_size == st.st_size and rule_file.stat().st_mtime_ns == st.st_mtime_ns
+
+    ruleset = load(pack)
+    assert [r.id for r in ruleset.rules] == ["edited-check"], "the old rules ran after an edit"
+
+
+# ---------------------------------------------------------------------------
+# A failing write leaves nothing behind
+
+
+FULL_DISK_CHILD = """
+import resource, signal, sys
+from gpudoctor.engine.loader import load_rules
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+ruleset = load_rules([sys.argv[1]], include_plugins=False)  # the built-in rules too: a 200 KB entry
+print(ruleset.by_id("cached-check") is not None and len(ruleset.rules) > 1)
+"""
+
+
+def test_a_write_that_fails_part_way_leaves_no_temporary_file(tmp_path: Path) -> None:
+    pack = make_pack(tmp_path)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(cache))
+    env.pop("GPUDOCTOR_NO_CACHE", None)
+    env["PYTHONPATH"] = str(REPO / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for _ in range(3):  # each run on a full disk
+        done = subprocess.run(
+            [sys.executable, "-c", FULL_DISK_CHILD, str(pack)],
+            env=env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    assert sorted(p.name for p in cache.iterdir()) == [], "a partly written file was left in the cache"
+
+
+def test_a_full_disk_leaves_nothing_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    use_cache(monkeypatch, cache)
+    pack = make_pack(tmp_path)
+    real_write = os.write
+
+    def full(fd: int, data: Any) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))  # a first part goes through, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    for _ in range(3):
+        ruleset = load(pack)
+        assert ruleset.by_id("cached-check") is not None
+    assert sorted(p.name for p in cache.iterdir()) == [], "a partly written file was left in the cache"
+
+    monkeypatch.setattr(os, "write", real_write)  # space again: the next run stores, the one after hits
+    load(pack)
+    assert_cache_is_used(monkeypatch, pack)
+
+
+# ---------------------------------------------------------------------------
+# An odd entry is a miss, never an error and never a wait
+
+
+class Hang(BaseException):  # not an Exception: no `except Exception` in the cache may swallow it
+    pass
+
+
+def test_odd_cache_entries_fall_back_to_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    planted = populate(monkeypatch, cache, pack)
+    good = planted[0].read_bytes()
+
+    def fifo(path: Path) -> None:
+        os.mkfifo(path)  # nobody will ever open it for writing
+
+    def huge(path: Path) -> None:
+        with open(path, "wb") as fh:
+            fh.truncate(1 << 40)  # sparse: a terabyte to read
+
+    text = good.decode("utf-8", "replace")
+    odd: dict[str, Any] = {
+        "a FIFO": fifo,
+        "a directory": lambda path: path.mkdir(),
+        "a huge file": huge,
+        "truncated": good[: len(good) // 2],
+        "empty": b"",
+        "garbage": b"\x80\x04\x95garbage\x00\xff" * 100,
+        "JSON of another shape": b'["rules"]',
+        "NaN": re.sub(r'"line":\d+', '"line":NaN', text, count=1).encode(),
+        "a rule that would not compile": text.replace("host.env.FLAG ==", "host.__class__ ==", 1).encode(),
+        "a rule of the wrong type": text.replace('"severity":"warning"', '"severity":7', 1).encode(),
+        "another format": re.sub(r'"format":\d+', '"format":99', text, count=1).encode(),
+    }
+    previous = signal.signal(signal.SIGALRM, _raise_hang)
+    try:
+        for what, content in odd.items():
+            for entry in entries(cache):
+                if entry.is_dir() and not entry.is_symlink():
+                    entry.rmdir()
+                else:
+                    entry.unlink()
+            for entry in planted:
+                if callable(content):
+                    content(entry)
+                else:
+                    entry.write_bytes(content)
+            counter = LoadCounter(monkeypatch)
+            started = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, 5.0)
+            try:
+                ruleset = load(pack)
+            except Hang:
+                pytest.fail(f"{what}: loading the rules waited on the cache entry")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert time.monotonic() - started < 5.0, f"{what}: loading the rules waited on the cache entry"
+            assert [r.id for r in ruleset.rules] == ["cached-check"], what
+            assert counter.misses == 1, f"{what}: the odd entry was used"
+            monkeypatch.undo()
+            use_cache(monkeypatch, cache)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _raise_hang(signum: int, frame: Any) -> None:
+    raise Hang()

@@ -3,6 +3,11 @@
 NVML's probe (a child process, about 90 ms of import, init and first calls on a 2 x H200 host)
 is started before click is even imported, when the command line asks for a live probe, so its
 start-up overlaps the parsing; see gpudoctor.probes.nvml.prestart.
+
+The first step installs the stop-signal handlers (gpudoctor.children): from then on SIGINT,
+SIGTERM and SIGHUP kill every child gpudoctor started and end it with status 128 + the signal,
+without a traceback; a Ctrl-C that comes even earlier, while the handlers are being installed,
+ends it the same way.
 """
 
 from __future__ import annotations
@@ -11,12 +16,41 @@ import sys
 
 
 def main() -> None:
-    from .probes import nvml
+    try:
+        from . import children
 
-    nvml.prestart(sys.argv[1:])
-    from .cli import entry
+        children.install_handlers()
+        from .probes import nvml
 
+        nvml.prestart(sys.argv[1:])
+        from .cli import entry
+    except (KeyboardInterrupt, SystemExit) as exc:  # SystemExit: children.Stopped
+        _stopped_early(exc)
     entry()
+
+
+def _stopped_early(exc: BaseException) -> None:
+    """A stop signal before the command line was even parsed: kill what was started, exit quietly."""
+    import os
+
+    # a KeyboardInterrupt: Ctrl-C before the handlers were installed (SIGINT is 2 everywhere)
+    signo = 2 if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signo", None)
+    if signo is None:
+        raise exc  # a SystemExit of someone else's: not ours to turn into a status
+    children = sys.modules.get(f"{__package__}.children")
+    line = "gpudoctor: interrupted"
+    if children is not None:
+        signo = children.settle() or signo  # blocks further signals; kills what was registered
+        line = children.describe(signo)
+    nvml = sys.modules.get(f"{__package__}.probes.nvml")
+    if nvml is not None:
+        nvml.discard_prestarted()
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(128 + signo)
 
 
 if __name__ == "__main__":

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .children import CUT, EOF, Child
 from .findings import HOST, Finding, Status, Subject
-from .probes.files import kill_and_forget
 
 WORKER = Path(__file__).with_name("deep_worker.py")
 MARKER = "@@GPUDOCTOR-DEEP@@"
 GPU_STEPS = ("context", "memory", "matmul")
+# What the test may print on stdout before it is stopped as runaway: its events are short lines
+# (well under a megabyte on any host); the rest is room for a library's prints.
+WORKER_STDOUT_CAP = 8 << 20
 
 
 @dataclass
@@ -43,6 +45,8 @@ class DeepResult:
     cancelled: str = ""
     cancel_cause: str = ""
     returncode: int | None = None
+    # the pipe ("stdout", "stderr") on which the test printed more than gpudoctor reads; it was stopped
+    cut: str = ""
     stderr_tail: str = ""
     duration_s: float = 0.0
     # CUDA indices are NVML's (PCI order, no CUDA_VISIBLE_DEVICES), so index matching is safe
@@ -97,7 +101,10 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 
 
 class DeepRun:
-    """The device test in progress: :meth:`result` waits until the deadline at most."""
+    """The device test in progress: :meth:`result` waits until the deadline at most.
+
+    The child is a gpudoctor.children.Child: registered while it lives (a signal, or any way out
+    of gpudoctor, kills it), its output read with a cap (a test that floods its pipes is stopped)."""
 
     def __init__(
         self, python: str, argv: Sequence[str], deadline: float, env: Mapping[str, str], index_is_nvml: bool
@@ -107,62 +114,52 @@ class DeepRun:
         self.result_ = DeepResult(
             python=python, budget_s=max(0.0, deadline - self.started), index_is_nvml=index_is_nvml
         )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         try:
-            self.proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(env),
-                start_new_session=True,
-                close_fds=True,
-            )
+            self.child = Child(argv, env=env, name="deep", stdout_cap=WORKER_STDOUT_CAP)
             self.result_.started = True
         except OSError as exc:
             self.result_.start_error = f"{python}: cannot start: {exc.strerror or exc}"
 
-    def _finish(self, out: bytes | None, err: bytes | None) -> DeepResult:
+    def _finish(self) -> DeepResult:
         r = self.result_
-        r.events = parse_events((out or b"").decode("utf-8", "replace"))
-        tail = (err or b"").decode("utf-8", "replace").strip().splitlines()
-        r.stderr_tail = "\n".join(tail[-5:])
+        child = self.child
+        if child is not None:
+            r.events = parse_events(child.stdout.text())
+            tail = child.stderr.text().strip().splitlines()
+            r.stderr_tail = "\n".join(line[:500] for line in tail[-5:])
+            child.close()
         r.duration_s = time.monotonic() - self.started
         return r
 
-    def _kill(self) -> None:
-        if self.proc is not None:
-            kill_and_forget(self.proc, "deep")
+    def _read(self, deadline: float) -> None:
+        """Read until the child exits or `deadline`; a child still running then is killed."""
+        child = self.child
+        assert child is not None
+        outcome = child.read(deadline)
+        if outcome == CUT:
+            self.result_.cut = child.cut_stream()
+        code = child.wait(deadline) if outcome == EOF else None
+        if code is None:
+            child.kill()
+        self.result_.returncode = code
 
     def result(self) -> DeepResult:
-        if self.proc is None:
-            return self._finish(None, None)
-        try:
-            out, err = self.proc.communicate(timeout=max(0.01, self.deadline - time.monotonic()))
-        except subprocess.TimeoutExpired as expired:
-            self._kill()
+        if self.child is None:
+            return self._finish()
+        self._read(self.deadline)
+        if self.result_.returncode is None and not self.result_.cut:
             self.result_.timed_out = True
-            return self._finish(_bytes(expired.output), _bytes(expired.stderr))
-        self.result_.returncode = self.proc.returncode
-        return self._finish(out, err)
+        return self._finish()
 
     def cancel(self, reason: str, cause: str = "") -> DeepResult:
         """Stop the test now (the gate stopped, or the driver is known not to answer)."""
         self.result_.cancelled = reason
         self.result_.cancel_cause = cause
-        if self.proc is None:
-            return self._finish(None, None)
-        try:
-            out, err = self.proc.communicate(timeout=0.05)
-            self.result_.returncode = self.proc.returncode
-        except subprocess.TimeoutExpired as expired:
-            self._kill()
-            out, err = _bytes(expired.output), _bytes(expired.stderr)
-        return self._finish(out, err)
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else b""
+        if self.child is None:
+            return self._finish()
+        self._read(min(self.deadline, time.monotonic() + 0.05))
+        return self._finish()
 
 
 def start_deep(
@@ -231,6 +228,8 @@ def _how_it_ended(result: DeepResult) -> tuple[str, str]:
         return (result.cancel_cause or "deep: not run"), f"the device test was stopped: {result.cancelled}"
     if result.timed_out:
         return "deep: timeout", f"the device test did not finish within its {result.budget_s:.1f} s"
+    if result.cut:
+        return "deep: error", f"the device test printed more than gpudoctor reads on its {result.cut} and was stopped"
     code = result.returncode
     how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
     tail = f"; stderr: {result.stderr_tail.splitlines()[-1]}" if result.stderr_tail else ""
@@ -242,7 +241,7 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
 
     out: list[Finding] = []
     cause, ended = _how_it_ended(result)
-    died = not result.timed_out and not result.cancelled and result.started
+    died = not result.timed_out and not result.cancelled and not result.cut and result.started
     if not result.started:
         out.append(
             _finding(

@@ -10,19 +10,19 @@ from __future__ import annotations
 import collections
 import json
 import os
-import queue
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..probes.files import kill_and_forget
+from ..children import CUT, DEADLINE, DONE, Child, deadline_in
 from .worker import MARKER
 
 Progress = Callable[[int, int, str], None]
+# What the worker may print on stdout (its events are a few hundred bytes each; a full bench of
+# 8 GPUs, well under a megabyte) before it is stopped as runaway.
+STDOUT_CAP = 8 << 20
 
 
 @dataclass
@@ -78,10 +78,6 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    kill_and_forget(proc, "bench-worker")
-
-
 def handle_event(run: BenchRun, event: Mapping[str, Any], progress: Progress | None) -> None:
     kind = event.get("event")
     if kind == "start":
@@ -120,80 +116,62 @@ def run_worker(
     env: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> BenchRun:
-    """Start the worker, read its events until it exits or the deadline passes."""
+    """Start the worker, read its events until it exits or the deadline passes.
+
+    The worker is a gpudoctor.children.Child: registered while it lives (a signal, or any way out
+    of gpudoctor, kills its process group), its pipes read with a cap each."""
     run = BenchRun()
     started = clock()
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else child_env(),
-            start_new_session=True,
-            close_fds=True,
-        )
+        child = Child(argv, env=env if env is not None else child_env(), name="bench-worker",
+                      stdout_cap=STDOUT_CAP)
     except OSError as exc:
         run.status = "error"
         run.error = f"cannot start {argv[0]}: {exc.strerror or exc}"
         return run
 
-    lines: queue.Queue[bytes | None] = queue.Queue()
     tail: collections.deque[str] = collections.deque(maxlen=40)
 
-    def pump_stdout() -> None:
-        assert proc.stdout is not None
-        for raw in iter(proc.stdout.readline, b""):
-            lines.put(raw)
-        lines.put(None)
-
-    def pump_stderr() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            tail.append(raw.decode("utf-8", "replace").rstrip())
-
-    threading.Thread(target=pump_stdout, name="bench-stdout", daemon=True).start()
-    err_thread = threading.Thread(target=pump_stderr, name="bench-stderr", daemon=True)
-    err_thread.start()
-    deadline = started + timeout
-    timed_out = False
-    while True:
-        remaining = deadline - clock()
-        if remaining <= 0:
-            timed_out = True
-            break
-        try:
-            raw = lines.get(timeout=min(remaining, 0.5))
-        except queue.Empty:
-            continue
-        if raw is None:
-            break
+    def on_stdout(raw: bytes) -> None:
         text = raw.decode("utf-8", "replace").strip()
         if not text.startswith(MARKER):
-            tail.append(text)  # stray prints of torch or a library: keep them for the error message
-            continue
+            if text:
+                tail.append(text[:500])  # stray prints of torch or a library: kept for the error message
+            return
         try:
             event = json.loads(text[len(MARKER) :])
         except ValueError:
-            continue
+            return
         if isinstance(event, dict):
             handle_event(run, event, progress)
-    if timed_out:
-        _kill(proc)
+
+    def on_stderr(raw: bytes) -> None:
+        tail.append(raw.decode("utf-8", "replace").rstrip()[:500])
+
+    deadline = deadline_in(timeout)
+    # Its stdout closed means the worker is done; stderr may be held open by a process it left.
+    outcome = child.read(deadline, stdout_line=on_stdout, stderr_line=on_stderr, done=lambda: child.stdout.eof)
+    if outcome == DONE:
+        late = child.read(min(deadline, time.monotonic() + 1.0))  # what it still says on stderr
+        outcome = CUT if late == CUT else DONE
+    if outcome == DEADLINE:
+        child.kill()
         run.status = "timeout"
         running = f" while running test {len(run.results) + 1} of {run.planned}" if run.planned else ""
         run.error = f"the bench did not finish within {timeout:.0f} s{running} and was stopped"
+    elif outcome == CUT:
+        run.status = "error"
+        run.error = f"the bench worker printed more than gpudoctor reads on its {child.cut_stream()} and was stopped"
     else:
-        try:
-            run.exit_code = proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-        err_thread.join(timeout=1)
+        run.exit_code = child.wait(time.monotonic() + 5)
+        if run.exit_code is None:
+            child.kill()
         if run.status == "ok" and not run.done:
             run.status = "error"
             code = run.exit_code
             how = f"exit status {code}" if code is not None and code >= 0 else f"signal {-(code or 0)}"
             run.error = f"the bench worker stopped early ({how})"
+    child.close()
     run.stderr_tail = "\n".join(list(tail)[-12:])
     run.duration_s = round(clock() - started, 2)
     return run

@@ -64,15 +64,14 @@ in the same child, through the same query code; see that module for the format.
 from __future__ import annotations
 
 import json
-import math
 import os
-import select
 import signal
 import sys
 import threading
 import time
 from typing import IO, Any, Callable, Iterable, Protocol
 
+from .. import children
 from ..context import ProbeContext
 from ..facts import Unavailable, from_jsonable, to_jsonable
 from .files import read_cpulist
@@ -817,11 +816,12 @@ def _child_main(plan: dict[str, Any], fd: int) -> None:
     """Runs in the child: read NVML (or record it) and report every step on fd."""
     try:
         # Ctrl-C or a kill of the process group ends us at once, even inside a C call.
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        # Belt and braces: should the parent die without killing us, do not linger past the deadline.
+        # Belt and braces: should the parent die without killing us, do not linger past the deadline
+        # (clamped: an alarm takes a C int, and the deadline may be days, or inf).
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(max(1, int(math.ceil(float(plan.get("timeout", 5.0)))) + 2))
+        signal.alarm(children.alarm_seconds(float(plan.get("timeout", 5.0))))
     except ValueError:  # not the main thread of this process
         pass
     sink = _PipeSink(fd)
@@ -861,6 +861,9 @@ def _reap_leftovers() -> None:
 
 
 class _Forked:
+    """The forked child (in gpudoctor's own process group: killed by pid), registered in
+    gpudoctor.children until reaped."""
+
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.status: int | None = None
@@ -871,10 +874,10 @@ class _Forked:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
-                self.status = 0
-                return self.status
+                pid, status = self.pid, 0
             if pid:
                 self.status = status
+                children.unregister(self.pid)
         return self.status
 
     def kill(self) -> None:
@@ -892,7 +895,10 @@ class _Spawned:
         self.proc = proc
 
     def poll(self) -> int | None:
-        return self.proc.poll()  # type: ignore[no-any-return]  # WNOHANG inside
+        code: int | None = self.proc.poll()  # WNOHANG inside
+        if code is not None:
+            children.unregister(self.proc.pid)
+        return code
 
     def kill(self) -> None:
         try:
@@ -934,36 +940,24 @@ def _wait_nohang(child: Any, grace: float) -> bool:
     return True
 
 
-def _pump(fd: int, deadline: float, on_line: Callable[[bytes], None], done: Callable[[], bool]) -> bool:
-    """Feed complete lines from fd to on_line until done() or EOF (True) or the deadline (False).
+# What the child may write before it is stopped as runaway: a recording of a big host is a few
+# hundred kilobytes.
+OUTPUT_CAP = 16 << 20
+
+
+def _pump(fd: int, deadline: float, on_line: Callable[[bytes], None], done: Callable[[], bool]) -> str:
+    """Feed complete lines from fd to on_line until done() (children.DONE), EOF (EOF), the
+    deadline (DEADLINE) or more than OUTPUT_CAP bytes (CUT); see gpudoctor.children.pump.
 
     Past the deadline, what is already in the pipe is still read (without waiting), so a
     child collected late (see start()) is judged by what it had said by then."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    pending = b""
-    late_reads = 0
-    while True:
-        left = deadline - time.monotonic()
-        if not poller.poll(max(0, int(math.ceil(left * 1000)))):
-            if left <= 0:
-                return False
-            continue
-        if left <= 0:
-            late_reads += 1
-            if late_reads > 64:  # still talking after its deadline: enough
-                return False
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return True
-        pending += chunk
-        if b"\n" in pending:
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line:
-                    on_line(line)
-            if done():
-                return True
+
+    def line(raw: bytes) -> None:
+        if raw:
+            on_line(raw)
+
+    # a last line without its newline was cut short by the child's death: not a message
+    return children.pump([children.Capture(fd, OUTPUT_CAP, line, partial_line=False)], deadline, done)
 
 
 def _can_fork() -> bool:
@@ -1002,21 +996,24 @@ def _detach_stdio() -> None:
 def _start_forked(plan: dict[str, Any]) -> tuple[Any, int]:
     r, w = os.pipe()
     _grow_pipe(w)
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        raise
-    if pid == 0:  # the child: never return into the caller's code
-        code = 70
+    with children.starting:  # a stop signal now is acted on once the child is registered
         try:
+            pid = os.fork()
+        except OSError:
             os.close(r)
-            _detach_stdio()
-            _child_main(plan, w)
-            code = 0
-        finally:
-            os._exit(code)
+            os.close(w)
+            raise
+        if pid == 0:  # the child: never return into the caller's code
+            code = 70
+            try:
+                children.forget_in_child()
+                os.close(r)
+                _detach_stdio()
+                _child_main(plan, w)
+                code = 0
+            finally:
+                os._exit(code)
+        children.register(pid, group=False)
     os.close(w)
     return _Forked(pid), r
 
@@ -1029,14 +1026,16 @@ def _start_spawned(plan: dict[str, Any]) -> tuple[Any, int]:
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpudoctor.probes.nvml", json.dumps(plan)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        close_fds=True,
-    )
+    with children.starting:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpudoctor.probes.nvml", json.dumps(plan)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+        children.register(proc.pid, group=False)
     stdout: IO[bytes] = proc.stdout  # type: ignore[assignment]
     fd = os.dup(stdout.fileno())
     stdout.close()
@@ -1073,9 +1072,23 @@ class PendingChild:
         sink, child = self.sink, self.child
         try:
             ended = _pump(self.fd, self.deadline, lambda line: _dispatch(line, sink), lambda: sink.complete)
+        except BaseException:  # KeyboardInterrupt, a stop signal: the child goes too
+            child.kill()
+            _UNREAPED.append(child)
+            raise
         finally:
             os.close(self.fd)
-        if not ended:
+        if ended == children.CUT:
+            child.kill()
+            if not _wait_nohang(child, 0.1):
+                _UNREAPED.append(child)
+            self.outcome = (
+                "error",
+                f"the NVML child process wrote more than {OUTPUT_CAP >> 20} MiB (while calling {sink.where()}) "
+                "and was stopped",
+            )
+            return self.outcome
+        if ended == children.DEADLINE:
             child.kill()
             if not _wait_nohang(child, 0.1):
                 _UNREAPED.append(child)  # stuck in the kernel (D state): reaped later, never waited on

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
-from .files import CommandResult, read_file_bytes, run_bounded, unavailable_from_oserror
+from .files import CommandResult, read_file_bytes, read_recorded, run_bounded, unavailable_from_oserror
 
 FIELDS = (
     "installed",
@@ -419,6 +419,12 @@ def _parse_marked(stdout: str) -> dict[str, Any]:
     return merged
 
 
+def _last_line(result: CommandResult, limit: int = 200) -> str:
+    """The child's last line of output (stderr first), shortened: what a message can quote."""
+    tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+    return tail[0] if len(tail[0]) <= limit else tail[0][: limit - 3] + "..."
+
+
 def _same_interpreter(python: str) -> bool:
     # Not realpath: a venv's bin/python links to the base interpreter but has other site-packages.
     return os.path.abspath(python) == os.path.abspath(sys.executable)
@@ -447,8 +453,9 @@ def locate(ctx: ProbeContext) -> str | None | Unavailable:
         if "error" in answer:
             return Unavailable("error", f"{ctx.python}: looking for torch failed: {answer['error']}")
         if "found" not in answer:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            return Unavailable("error", f"{ctx.python} is not a usable Python (exit {result.returncode}: {tail[0]})")
+            return Unavailable(
+                "error", f"{ctx.python} is not a usable Python (exit {result.returncode}: {_last_line(result)})"
+            )
         if not answer["found"]:
             return None
         locations = [str(p) for p in answer.get("locations") or []]
@@ -489,6 +496,10 @@ def _import_facts(ctx: ProbeContext, files: dict[str, Any] | None) -> dict[str, 
     late = Unavailable(
         "timeout", f"importing torch in {ctx.python} did not finish within {budget:.1f} s (driver unresponsive?)"
     )
+    if result.cut:  # what it had not said by then, it will not say
+        late = Unavailable(
+            "error", f"importing torch in {ctx.python} printed more than gpudoctor reads (1 MiB) and was stopped"
+        )
     if "import_error" in answer:
         if answer.get("missing"):
             return _all(Unavailable("not_found", f"torch is not installed for {ctx.python}"), installed=False)
@@ -498,11 +509,12 @@ def _import_facts(ctx: ProbeContext, files: dict[str, Any] | None) -> dict[str, 
         out["device_count"] = broken
         return out
     if "version" not in answer:
-        if isinstance(result, CommandResult) and result.timed_out:
+        if result.timed_out or result.cut:
             reason = late
         else:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            reason = Unavailable("error", f"import torch in {ctx.python} died (exit {result.returncode}: {tail[0]})")
+            reason = Unavailable(
+                "error", f"import torch in {ctx.python} died (exit {result.returncode}: {_last_line(result)})"
+            )
         out = files if files is not None else _all(reason)
         out["cuda_available"] = reason
         out["device_count"] = reason
@@ -564,10 +576,19 @@ def _valid(field: str, value: Any) -> bool:
 def recorded_facts(path: str) -> dict[str, Any] | Unavailable:
     """The torch section recorded in a fixture root's torch.json, loosely checked."""
     try:
-        data = json.loads(read_file_bytes(path))
+        raw = read_file_bytes(path)
     except FileNotFoundError:
         return Unavailable("not_found", "no recorded torch facts in fixture root")
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested 1000 deep
+    except OSError as exc:
+        return Unavailable("error", f"{path}: not readable JSON: {exc}")
+    return recorded_from(raw, path)
+
+
+def recorded_from(raw: bytes, path: str) -> dict[str, Any] | Unavailable:
+    """The torch section from the bytes of a torch.json (``path`` names it in messages)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested 1000 deep
         return Unavailable("error", f"{path}: not readable JSON: {exc}")
     try:
         data = from_jsonable(data)
@@ -586,14 +607,21 @@ def recorded_facts(path: str) -> dict[str, Any] | Unavailable:
         elif isinstance(data[field], Unavailable) or _valid(field, data[field]):
             out[field] = data[field]
         else:
-            out[field] = Unavailable("error", f"torch.json: unexpected {field} {data[field]!r}")
+            value = repr(data[field])  # escaped already; only cut short
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            out[field] = Unavailable("error", f"torch.json: unexpected {field} {shown}")
     return out
 
 
 def collect(ctx: ProbeContext) -> dict[str, Any] | Unavailable:
-    recorded = ctx.recorded("torch.json")
-    if recorded is not None:
-        return recorded_facts(str(recorded))
+    if not ctx.live:
+        # read inside the root, as every file of it is: torch.json -> /etc/shadow reads nothing
+        raw = read_recorded(ctx, "torch.json")
+        if isinstance(raw, Unavailable):
+            if raw.reason == "not_found":
+                return Unavailable("not_found", "no recorded torch facts in fixture root")
+            return raw
+        return recorded_from(raw, str(ctx.path("/torch.json")))
     where = locate(ctx)
     if isinstance(where, Unavailable):
         if ctx.torch_import and where.reason not in ("timeout", "not_found", "no_permission"):

@@ -1,0 +1,519 @@
+"""Child processes under a deadline: how gpudoctor starts, reads, stops and accounts for them.
+
+Every child gpudoctor starts (the NVML probe, a tool such as ``nvcc --version``, the ``--python``
+interpreter, the ``gate --deep`` device test, the bench worker) goes through this module:
+
+- it is **registered** while it may be alive (:func:`register`; :class:`Child` does it), so that
+  however gpudoctor ends (the console entry's exit, an exception, SIGINT, SIGTERM or SIGHUP)
+  :func:`kill_all` reaches it; a child started in its own session is killed with its whole
+  process group (a wrapper script's grandchildren too);
+- its output is **read with a cap** (:func:`pump`): both pipes at once, until end-of-file, a
+  deadline, or more than the cap (:data:`OUTPUT_CAP` per pipe unless told otherwise) has come;
+  then the child is killed and its output marked cut, so a child that floods its stdout costs
+  gpudoctor a megabyte, not gigabytes, and not the whole deadline;
+- it is **never waited on** with a blocking wait: a child stuck in the kernel (a hung GPU) cannot
+  be killed, so it is reaped by a daemon thread whenever it exits (:func:`forget`);
+- every single wait (poll, sleep) lasts at most :data:`MAX_WAIT` seconds (:func:`wait_seconds`,
+  :func:`poll_ms`): a deadline of weeks, or ``inf``, would overflow poll()'s C int of
+  milliseconds; the loops re-check their deadline instead.
+
+Signals: :func:`install_handlers` (the console entry's first step) makes SIGINT, SIGTERM and
+SIGHUP kill every registered child at once, then raise :class:`Stopped` (a ``SystemExit`` with
+status 128 + the signal number) in the main thread, so that clean-up code runs on the way out
+and the exit status says what stopped gpudoctor. A signal that arrives while a child is being
+started (``with starting:``) is acted on once that child is registered, so it cannot slip
+between the fork and the registry. Without the handlers (gpudoctor used as a library), the
+readers still kill their child on every exception, KeyboardInterrupt included.
+
+Cheap to import (os, signal, sys, time; subprocess and threading only when used): the console
+entry imports it before anything else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+from typing import IO, Any, Callable, Mapping, Sequence
+
+# What one pipe of a child may bring before the child is stopped and its output marked cut.
+OUTPUT_CAP = 1 << 20
+# Longest single wait, in seconds; loops that wait for longer re-check their deadline.
+MAX_WAIT = 3600.0
+# Signals that stop gpudoctor (and its children) through the handlers.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_READ_SIZE = 1 << 16
+_LATE_READS = 64  # reads of what is already in the pipes once the deadline has passed
+
+# Outcomes of pump().
+EOF = "eof"  # every pipe reached end-of-file
+DONE = "done"  # the caller's done() said so
+DEADLINE = "deadline"  # the deadline passed first
+CUT = "cut"  # a pipe brought more than its cap
+
+
+def wait_seconds(seconds: float) -> float:
+    """`seconds` as one wait may take it: 0 for a negative or NaN value, at most MAX_WAIT."""
+    if not seconds > 0:  # also NaN
+        return 0.0
+    return min(float(seconds), MAX_WAIT)
+
+
+def poll_ms(seconds: float) -> int:
+    """`seconds` as poll()'s timeout in whole milliseconds (rounded up), within 0..MAX_WAIT."""
+    return int(math.ceil(wait_seconds(seconds) * 1000))
+
+
+def alarm_seconds(timeout: float, slack: int = 2) -> int:
+    """A signal.alarm() argument for a child that must not outlive `timeout` by much: at least 1,
+    at most one C int (an alarm in 68 years is as good as none)."""
+    try:
+        whole = int(math.ceil(float(timeout))) if timeout > 0 else 0
+    except (OverflowError, ValueError):  # inf, NaN
+        whole = (1 << 31) - 1
+    return max(1, min(whole + slack, (1 << 31) - 1))
+
+
+# ---------------------------------------------------------------------------
+# The registry of live children.
+
+# pid -> whether the child leads its own process group (then the whole group is killed).
+_LIVE: dict[int, bool] = {}
+# The process the registry belongs to: a forked child inherits the dict but not the children.
+_OWNER = os.getpid()
+
+
+def register(pid: int, group: bool) -> None:
+    """Record a child that may be alive; `group`: it leads its own process group."""
+    _LIVE[pid] = group
+
+
+def unregister(pid: int) -> None:
+    """The child was reaped: its pid may be reused, never signal it again."""
+    _LIVE.pop(pid, None)
+
+
+def registered() -> dict[int, bool]:
+    """The children registered now (pid -> leads its own group); a copy."""
+    return dict(_LIVE)
+
+
+def kill(pid: int, group: bool) -> None:
+    """SIGKILL a child (its whole process group when it leads one); never raises, never waits."""
+    if group:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            return
+        except OSError:
+            pass  # the group is gone, or never was: the process itself, if it is still there
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def kill_all() -> None:
+    """SIGKILL every registered child (safe in a signal handler; waits for nothing)."""
+    if os.getpid() != _OWNER:
+        return  # a forked child: these are its parent's children
+    for pid, group in list(_LIVE.items()):
+        kill(pid, group)
+
+
+def forget(proc: Any, name: str, group: bool = True) -> None:
+    """SIGKILL a subprocess.Popen child (its process group with `group`), close its pipes, and
+    leave the reaping to a daemon thread: a child stuck in the kernel may not die at once, and
+    nobody may block on it. It stays registered until that thread has reaped it."""
+    import threading
+
+    kill(proc.pid, group)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+    def reap() -> None:
+        try:
+            proc.wait()
+        except Exception:
+            return
+        unregister(proc.pid)
+
+    threading.Thread(target=reap, name=f"reap-{name}", daemon=True).start()
+
+
+def forget_in_child() -> None:
+    """In a forked child, first thing: its parent's children and signal handlers are not its own."""
+    _LIVE.clear()
+    for signo in STOP_SIGNALS:
+        try:
+            if signal.getsignal(signo) is _on_signal:
+                signal.signal(signo, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Signals.
+
+
+class Stopped(SystemExit):
+    """A stop signal arrived (see install_handlers); the exit status is 128 + its number."""
+
+    def __init__(self, signo: int) -> None:
+        super().__init__(128 + signo)
+        self.signo = signo
+
+
+_received: list[int] = []  # stop signals handled, in order of arrival
+_held: list[int] = []  # arrived inside `with starting:`, to be acted on at its end
+_state = {"holding": 0, "quiet": False, "main": -1, "installed": False}
+
+
+def _on_signal(signo: int, frame: Any) -> None:
+    if os.getpid() != _OWNER:
+        os._exit(128 + signo)  # a forked child that has not reset its handlers yet
+    kill_all()
+    _received.append(signo)
+    if _state["quiet"]:
+        return
+    if _state["holding"]:
+        _held.append(signo)
+        return
+    raise Stopped(signo)
+
+
+def install_handlers() -> None:
+    """SIGINT, SIGTERM and SIGHUP: kill every registered child, raise Stopped in the main thread.
+    A signal that is ignored now (``nohup``, a background job's SIGINT) stays ignored. Only from
+    the main thread; a second call does nothing."""
+    import _thread
+
+    if _state["installed"]:
+        return
+    try:
+        for signo in STOP_SIGNALS:
+            if signal.getsignal(signo) is not signal.SIG_IGN:
+                signal.signal(signo, _on_signal)
+    except ValueError:  # not the main thread
+        return
+    _state["installed"] = True
+    _state["main"] = _thread.get_ident()
+
+
+def stopped_by() -> int | None:
+    """The first stop signal handled, or None."""
+    return _received[0] if _received else None
+
+
+def settle() -> int | None:
+    """On the way out: stop acting on signals (block them), kill every registered child, and say
+    which stop signal came (handled before, or pending now), if any."""
+    _state["quiet"] = True
+    if hasattr(signal, "pthread_sigmask"):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            pending = [s for s in STOP_SIGNALS if s in signal.sigpending()]
+        except (OSError, ValueError):
+            pending = []
+        if pending and not _received:
+            _received.append(int(pending[0]))
+    kill_all()
+    return stopped_by()
+
+
+def describe(signo: int) -> str:
+    """The one line said on stderr when a signal stopped gpudoctor."""
+    if signo == signal.SIGINT:
+        return "gpudoctor: interrupted"
+    try:
+        name = signal.Signals(signo).name
+    except ValueError:
+        name = f"signal {signo}"
+    return f"gpudoctor: stopped by {name}"
+
+
+class _Starting:
+    """``with starting:`` around starting a child and registering it: a stop signal that arrives
+    inside is acted on at the end, when kill_all() reaches the new child too."""
+
+    def _mine(self) -> bool:
+        import _thread
+
+        return bool(_state["installed"]) and _thread.get_ident() == _state["main"]
+
+    def __enter__(self) -> None:
+        if self._mine():
+            _state["holding"] += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._mine():
+            return
+        _state["holding"] = max(0, int(_state["holding"]) - 1)
+        if not _state["holding"] and _held:
+            signo = _held[0]
+            _held.clear()
+            kill_all()
+            if not _state["quiet"]:
+                raise Stopped(signo)
+
+
+starting = _Starting()
+
+
+# ---------------------------------------------------------------------------
+# Reading children's output: both pipes, a cap on each, a deadline.
+
+
+class Capture:
+    """One pipe of a child, read by :func:`pump`: at most `cap` bytes are taken in, either kept
+    (:attr:`data`) or, with `on_line`, handed over line by line (without the newline) as they
+    complete. With `partial_line`, a last line without a newline is handed over at end-of-file."""
+
+    def __init__(
+        self,
+        fd: int,
+        cap: int = OUTPUT_CAP,
+        on_line: Callable[[bytes], None] | None = None,
+        *,
+        partial_line: bool = True,
+    ) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.on_line = on_line
+        self.partial_line = partial_line
+        self.size = 0
+        self.cut = False
+        self.eof = False
+        self._chunks: list[bytes] = []
+        self._pending: list[bytes] = []  # the line begun and not ended yet, in pieces
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.cap - self.size
+        if len(chunk) > room:
+            chunk = chunk[: max(0, room)]
+            self.cut = True
+        self.size += len(chunk)
+        if self.on_line is None:
+            if chunk:
+                self._chunks.append(chunk)
+            return
+        if b"\n" not in chunk:
+            if chunk:
+                self._pending.append(chunk)
+            return
+        self._pending.append(chunk)
+        *lines, rest = b"".join(self._pending).split(b"\n")
+        self._pending = [rest] if rest else []
+        for line in lines:
+            self.on_line(line)
+
+    def ended(self) -> None:
+        self.eof = True
+        if self.on_line is not None and self._pending and self.partial_line:
+            pending, self._pending = b"".join(self._pending), []
+            self.on_line(pending)
+
+    @property
+    def data(self) -> bytes:
+        if len(self._chunks) > 1:
+            self._chunks = [b"".join(self._chunks)]
+        return self._chunks[0] if self._chunks else b""
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+def pump(
+    captures: Sequence[Capture],
+    deadline: float,
+    done: Callable[[], bool] | None = None,
+    late_reads: int = _LATE_READS,
+) -> str:
+    """Read the captures' pipes until every one is at end-of-file (EOF), `done()` says so (DONE),
+    one brought more than its cap (CUT), or the deadline (time.monotonic()) passes (DEADLINE).
+
+    Past the deadline, what is already in the pipes is still read, without waiting (at most
+    `late_reads` times), so a child collected late is judged by what it had said by then.
+    Never raises for the pipes (a read error is end-of-file); the fds are left open."""
+    import select
+
+    poller = select.poll()
+    open_: dict[int, Capture] = {}
+    for capture in captures:
+        if not capture.eof:
+            open_[capture.fd] = capture
+            poller.register(capture.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    late = 0
+    while open_:
+        left = deadline - time.monotonic()
+        events = poller.poll(poll_ms(left))
+        if not events:
+            if not left > 0:
+                return DEADLINE
+            continue
+        if not left > 0:
+            late += 1
+            if late > late_reads:  # still talking after its deadline: enough
+                return DEADLINE
+        for fd, _ in events:
+            reading = open_.get(fd)
+            if reading is None:
+                continue
+            try:
+                chunk = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                poller.unregister(fd)
+                del open_[fd]
+                reading.ended()
+                continue
+            reading.feed(chunk)
+            if reading.cut:
+                return CUT
+        if done is not None and done():
+            return DONE
+    return EOF
+
+
+def sleep_until(deadline: float, step: float) -> None:
+    time.sleep(min(step, wait_seconds(deadline - time.monotonic())))
+
+
+class Child:
+    """A program run in its own session (never through a shell), registered while it may live,
+    its stdout and stderr read by :meth:`read` with a cap each. Raises OSError (as
+    subprocess.Popen does) when it cannot be started."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        name: str = "",
+        stdout_cap: int = OUTPUT_CAP,
+        stderr_cap: int = OUTPUT_CAP,
+    ) -> None:
+        import subprocess
+
+        self.name = name or (os.path.basename(argv[0]) if argv else "?")
+        with starting:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+                close_fds=True,
+            )
+            register(self.proc.pid, True)
+        out: IO[bytes] = self.proc.stdout  # type: ignore[assignment]
+        err: IO[bytes] = self.proc.stderr  # type: ignore[assignment]
+        self.stdout = Capture(out.fileno(), stdout_cap)
+        self.stderr = Capture(err.fileno(), stderr_cap)
+        self.returncode: int | None = None
+        self.killed = False
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    @property
+    def cut(self) -> bool:
+        return self.stdout.cut or self.stderr.cut
+
+    def cut_stream(self) -> str:
+        return "stdout" if self.stdout.cut else "stderr"
+
+    def read(
+        self,
+        deadline: float,
+        *,
+        stdout_line: Callable[[bytes], None] | None = None,
+        stderr_line: Callable[[bytes], None] | None = None,
+        done: Callable[[], bool] | None = None,
+    ) -> str:
+        """Read until end-of-file, the deadline or a cap (see pump()); a child past its cap is
+        killed at once. On any exception (KeyboardInterrupt, Stopped, ...) the child is killed."""
+        if stdout_line is not None:
+            self.stdout.on_line = stdout_line
+        if stderr_line is not None:
+            self.stderr.on_line = stderr_line
+        if self.killed:
+            return DEADLINE
+        try:
+            outcome = pump((self.stdout, self.stderr), deadline, done)
+        except BaseException:
+            self.kill()
+            raise
+        if outcome == CUT:
+            self.kill()
+        return outcome
+
+    def poll(self) -> int | None:
+        """Its exit status once it has exited (then it is unregistered), else None; never blocks."""
+        if self.returncode is None and not self.killed:
+            code = self.proc.poll()
+            if code is not None:
+                self.returncode = int(code)
+                unregister(self.proc.pid)
+        return self.returncode
+
+    def wait(self, deadline: float) -> int | None:
+        """Poll for its exit until the deadline; None if it is still running then. Never blocks
+        on the child (a child stuck in the kernel is never reaped by a blocking wait here)."""
+        delay = 0.0005
+        while self.poll() is None:
+            if self.killed or not deadline - time.monotonic() > 0:
+                return None
+            sleep_until(deadline, delay)
+            delay = min(delay * 2, 0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL its process group and never wait for it (see forget())."""
+        if self.killed or self.returncode is not None:
+            return
+        self.killed = True
+        forget(self.proc, self.name)
+
+    def close(self) -> None:
+        """Done with it: an exited child's pipes are closed, a running one is killed."""
+        if self.poll() is None:
+            self.kill()
+            return
+        for stream in (self.proc.stdout, self.proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+def deadline_in(seconds: float) -> float:
+    """time.monotonic() + seconds, for any float (inf stays inf, NaN and negatives are now)."""
+    if not seconds > 0:
+        return time.monotonic()
+    return time.monotonic() + float(seconds)
+
+
+def _stderr_line(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def say_stopped(signo: int) -> None:
+    """Write describe(signo) to stderr, never raising (the terminal may be gone: SIGHUP)."""
+    _stderr_line(describe(signo))

@@ -98,16 +98,36 @@ def deny(monkeypatch: Any, paths: Iterable[str | os.PathLike[str]]) -> None:
     use behave as for an unprivileged user.
     """
     denied = {os.path.abspath(os.fspath(p)) for p in paths}
+    denied |= {os.path.realpath(p) for p in denied}
+    real_readlink = os.readlink
+    o_path = getattr(os, "O_PATH", 0)
 
-    def check(path: Any) -> None:
+    def named(path: Any, dir_fd: Any) -> str:
+        # Under a --root that is not the live machine the probes open names relative to directory
+        # descriptors (gpudoctor.context.RootFS) and reopen /proc/self/fd/N: see what they name.
+        name = os.fsdecode(path)
+        if isinstance(dir_fd, int) and not os.path.isabs(name):
+            base = real_readlink(f"/proc/self/fd/{dir_fd}")
+            return os.path.join(base, name) if name else base
+        if name.startswith("/proc/self/fd/"):
+            try:
+                return real_readlink(name)
+            except OSError:
+                return name
+        return os.path.abspath(name)
+
+    def check(path: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if isinstance(path, int):
             return
-        if os.path.abspath(os.fsdecode(path)) in denied:
+        flags = args[0] if args and isinstance(args[0], int) else kwargs.get("flags", 0)
+        if o_path and isinstance(flags, int) and flags & o_path:
+            return  # an O_PATH handle reads nothing: a permission does not stop it
+        if named(path, kwargs.get("dir_fd")) in denied:
             raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
 
     def wrap(func: Any) -> Any:
         def wrapper(path: Any, *args: Any, **kwargs: Any) -> Any:
-            check(path)
+            check(path, args, kwargs)
             return func(path, *args, **kwargs)
 
         return wrapper

@@ -3,6 +3,13 @@
 Every probe reads files with these helpers, so a missing file, an empty
 file, garbage bytes, a permission error or a symlink loop becomes an
 :class:`~gpudoctor.facts.Unavailable` with a reason instead of an exception.
+
+They are also the one way a probe touches its root. On the live machine they open
+``ctx.path(...)`` as the kernel resolves it; under any other root they go through
+``ctx.contained()`` (:class:`gpudoctor.context.RootFS`), so a link in the tree never leads out
+of it and a device node or FIFO in it is never opened. A probe that needs a raw descriptor, a
+link target or a stat uses :func:`open_fd`, :func:`read_link` or :func:`stat_path`, never
+``os.open(ctx.path(...))``.
 """
 
 from __future__ import annotations
@@ -10,12 +17,13 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..context import ProbeContext
+from ..context import MAX_LINK_HOPS, ProbeContext, RootedError, excerpt
 from ..facts import Unavailable
 
 T = TypeVar("T")
@@ -24,20 +32,38 @@ T = TypeVar("T")
 MAX_READ = 1 << 20
 
 
+def _shown_path(path: Path) -> str:
+    """A path for a message: as it is, or escaped when a name in it (from a directory listing, a
+    link, a file's content) holds control characters."""
+    text = str(path)
+    return text if text.isprintable() else ascii(text)
+
+
 def unavailable_from_oserror(path: Path, exc: OSError | ValueError) -> Unavailable:
     if not isinstance(exc, OSError):  # the os module's answer to a path with a NUL byte
-        return Unavailable("error", f"{str(path)!r} is not a usable path ({exc})")
-    if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return Unavailable("not_found", f"{path} does not exist")
-    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
-        return Unavailable("no_permission", f"{path}: permission denied")
-    if exc.errno == errno.ELOOP:
-        return Unavailable("error", f"{path}: symlink loop")
-    if exc.errno == errno.EFBIG:
-        return Unavailable("error", f"{path}: {exc.strerror}")
-    if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV, errno.ENXIO):
-        return Unavailable("not_supported", f"{path}: {exc.strerror}")
-    return Unavailable("error", f"{path}: {exc.strerror or exc}")
+        return Unavailable("error", f"{excerpt(str(path), 200)} is not a usable path ({exc})")
+    shown = _shown_path(path)
+    code = exc.errno
+    detail = getattr(exc, "detail", None)  # a lookup inside a root: what its links did
+    if detail:
+        if code in (errno.ENOENT, errno.ENOTDIR):
+            return Unavailable("not_found", f"{shown}: {detail}")
+        if code in (errno.EACCES, errno.EPERM):
+            return Unavailable("no_permission", f"{shown}: {detail}")
+        if code in (errno.EOPNOTSUPP, errno.ENODEV, errno.ENXIO):
+            return Unavailable("not_supported", f"{shown}: {detail}")
+        return Unavailable("error", f"{shown}: {detail}")
+    if isinstance(exc, FileNotFoundError) or code in (errno.ENOENT, errno.ENOTDIR):
+        return Unavailable("not_found", f"{shown} does not exist")
+    if isinstance(exc, PermissionError) or code in (errno.EACCES, errno.EPERM):
+        return Unavailable("no_permission", f"{shown}: permission denied")
+    if code == errno.ELOOP:
+        return Unavailable("error", f"{shown}: symlink loop")
+    if code == errno.EFBIG:
+        return Unavailable("error", f"{shown}: {exc.strerror}")
+    if code in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV, errno.ENXIO):
+        return Unavailable("not_supported", f"{shown}: {exc.strerror}")
+    return Unavailable("error", f"{shown}: {exc.strerror or exc}")
 
 
 # Read size per call. A read buffer of MAX_READ costs a fresh 1 MiB allocation per file, which
@@ -52,7 +78,44 @@ def _read_bytes(path: Path, limit: int = MAX_READ, whole: bool = False) -> bytes
     """Up to ``limit`` bytes of a file, never waiting on a FIFO or device; raises OSError.
     With ``whole``, a file longer than ``limit`` raises OSError(EFBIG): parsing the first
     megabyte of a list would report what happens to fit as the whole list."""
-    fd = os.open(path, _OPEN_FLAGS)
+    return _read_fd(os.open(path, _OPEN_FLAGS), path, limit, whole)
+
+
+def open_fd(ctx: ProbeContext, absolute: str, flags: int = _OPEN_FLAGS) -> int:
+    """os.open of a system path under the context root; raises OSError or ValueError (a NUL byte).
+    Under a root that is not the live machine the lookup stays inside the root and only a regular
+    file or directory is opened (anything else is OSError(EOPNOTSUPP) with a detail)."""
+    fs = ctx.contained()
+    if fs is None:
+        return os.open(ctx.path(absolute), flags)
+    return fs.open(absolute, flags)
+
+
+def read_link(ctx: ProbeContext, absolute: str) -> str:
+    """os.readlink of a system path under the context root (its directories resolved inside it)."""
+    fs = ctx.contained()
+    if fs is None:
+        return os.readlink(ctx.path(absolute))
+    return fs.readlink(absolute)
+
+
+def stat_path(ctx: ProbeContext, absolute: str, follow: bool = True) -> os.stat_result:
+    """os.stat (lstat without ``follow``) of a system path under the context root."""
+    fs = ctx.contained()
+    if fs is None:
+        return os.stat(ctx.path(absolute), follow_symlinks=follow)
+    return fs.stat(absolute, follow)
+
+
+def _read_at(ctx: ProbeContext, absolute: str, path: Path, limit: int = MAX_READ, whole: bool = False) -> bytes:
+    fs = ctx.contained()
+    if fs is None:
+        return _read_fd(os.open(path, _OPEN_FLAGS), path, limit, whole)
+    return _read_fd(fs.open(absolute, _OPEN_FLAGS), path, limit, whole)
+
+
+def _read_fd(fd: int, path: Path, limit: int, whole: bool) -> bytes:
+    """Read and close ``fd``: see _read_bytes."""
     try:
         chunks: list[bytes] = []
         total = 0
@@ -75,12 +138,16 @@ def read_file_bytes(path: str | os.PathLike[str], limit: int = MAX_READ) -> byte
     return _read_bytes(Path(path), limit)
 
 
-def read_text(ctx: ProbeContext, absolute: str, *, strip: bool = True, whole: bool = True) -> str | Unavailable:
+def read_text(
+    ctx: ProbeContext, absolute: str, *, strip: bool = True, whole: bool = True, limit: int = MAX_READ
+) -> str | Unavailable:
     """Read a text file under the root. Empty files are unavailable (not_found); so are files
-    longer than MAX_READ unless ``whole`` is false (then their first MAX_READ bytes)."""
+    longer than ``limit`` (MAX_READ) unless ``whole`` is false (then their first ``limit`` bytes)."""
     path = ctx.path(absolute)
+    fs = ctx.contained()
     try:
-        raw = _read_bytes(path, whole=whole)
+        fd = os.open(path, _OPEN_FLAGS) if fs is None else fs.open(absolute, _OPEN_FLAGS)
+        raw = _read_fd(fd, path, limit, whole)
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
     text = raw.decode("utf-8", "replace")
@@ -99,8 +166,8 @@ def read_parsed(ctx: ProbeContext, absolute: str, parse: Callable[[str], T]) -> 
     try:
         return parse(text)
     except (ValueError, IndexError, KeyError) as exc:
-        shown = text if len(text) <= 60 else text[:57] + "..."
-        return Unavailable("error", f"{ctx.path(absolute)}: unexpected content {shown!r} ({exc})")
+        # the exception's own text may quote the content too (int() does): bound it as well
+        return Unavailable("error", f"{ctx.path(absolute)}: unexpected content {excerpt(text)} ({str(exc)[:120]})")
 
 
 def parse_int(text: str, base: int = 10) -> int:
@@ -123,27 +190,37 @@ _CPULIST_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def parse_cpulist(text: str) -> list[int]:
-    """Parse a kernel cpulist ("0-3,8,10-11"; "" is empty). Raises ValueError."""
-    out: list[int] = []
+    """Parse a kernel cpulist ("0-3,8,10-11"; "" is empty). Raises ValueError.
+
+    Linear in the text: ranges are merged before they are expanded, so a megabyte of
+    "0-65535," costs one expansion, not a hundred thousand."""
     text = text.strip()
     if not text:
-        return out
+        return []
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         if ":" in part:  # "0-15:2/4" style is not used by sysfs cpulists; refuse clearly
-            raise ValueError(f"unsupported cpulist range {part!r}")
+            raise ValueError(f"unsupported cpulist range {excerpt(part, 30)}")
         # ASCII digits only: int() would also take "+3", "1_0" and other scripts' digits
-        match = _CPULIST_PART.fullmatch(part)
+        match = _CPULIST_PART.fullmatch(part) if len(part) <= 24 else None  # no id has more digits
         if match is None:
-            raise ValueError(f"bad cpulist entry {part!r}")
+            raise ValueError(f"bad cpulist entry {excerpt(part, 30)}")
         lo = int(match.group(1))
         hi = int(match.group(2)) if match.group(2) is not None else lo
         if hi < lo or hi > MAX_CPU_ID:
-            raise ValueError(f"bad cpulist range {part!r}")
-        out.extend(range(lo, hi + 1))
-    return sorted(set(out))
+            raise ValueError(f"bad cpulist range {excerpt(part, 30)}")
+        ranges.append((lo, hi))
+    ranges.sort()
+    out: list[int] = []
+    top = -1  # highest id already in out
+    for lo, hi in ranges:
+        if hi > top:
+            out.extend(range(max(lo, top + 1), hi + 1))
+            top = hi
+    return out
 
 
 def format_cpulist(cpus: list[int]) -> str:
@@ -162,8 +239,10 @@ def format_cpulist(cpus: list[int]) -> str:
 
 def read_cpulist(ctx: ProbeContext, absolute: str) -> list[int] | Unavailable:
     path = ctx.path(absolute)
+    fs = ctx.contained()
     try:
-        raw = _read_bytes(path, whole=True)
+        fd = os.open(path, _OPEN_FLAGS) if fs is None else fs.open(absolute, _OPEN_FLAGS)
+        raw = _read_fd(fd, path, MAX_READ, True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
     try:
@@ -174,8 +253,9 @@ def read_cpulist(ctx: ProbeContext, absolute: str) -> list[int] | Unavailable:
 
 def list_dir(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
     path = ctx.path(absolute)
+    fs = ctx.contained()
     try:
-        return sorted(os.listdir(path))
+        return sorted(os.listdir(path) if fs is None else fs.listdir(absolute))
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
@@ -183,7 +263,10 @@ def list_dir(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
 def resolve_link(ctx: ProbeContext, absolute: str) -> Path | Unavailable:
     """realpath of a path under the root, kept inside the root."""
     path = ctx.path(absolute)
+    fs = ctx.contained()
     try:
+        if fs is not None:
+            return ctx.path(fs.resolve(absolute))
         os.stat(path)  # raises for missing targets and symlink loops
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
@@ -194,13 +277,12 @@ def link_name(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     """Basename of a symlink's target (e.g. the driver a PCI device is bound to)."""
     path = ctx.path(absolute)
     try:
-        return os.path.basename(os.readlink(path))
+        return os.path.basename(read_link(ctx, absolute))
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
 
-# The kernel gives up after 40 links in one lookup; so do we.
-_MAX_LINK_HOPS = 40
+_MAX_LINK_HOPS = MAX_LINK_HOPS
 
 
 def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
@@ -211,11 +293,18 @@ def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     the root, so a captured tree with absolute links never leads back into the machine's
     own /sys. Every component must exist; a loop is unavailable (error).
 
-    The plain readers above follow links as the OS does (resolving every read this way would
-    cost a readlink per path component); fixture trees therefore keep links relative, as the
-    kernel's own and capture_fixture's are, and probes resolve with this function where a
-    link is the fact (PCI device paths, class links, os-release).
+    Under a root that is not the live machine every reader resolves this way (through
+    ``ctx.contained()``); probes call this function where the resolved path is itself the fact
+    (PCI device paths, class links, library versions in file names).
     """
+    fs = ctx.contained()
+    if fs is not None:
+        try:
+            return fs.resolve(absolute)
+        except RootedError as exc:
+            return unavailable_from_oserror(ctx.path(exc.where), exc)
+        except (OSError, ValueError) as exc:  # the root itself; a NUL byte in the path
+            return unavailable_from_oserror(ctx.path(absolute), exc)
     pending = [p for p in absolute.split("/") if p]
     pending.reverse()
     done: list[str] = []
@@ -262,26 +351,35 @@ def read_lines(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
 
 def exists(ctx: ProbeContext, absolute: str) -> bool:
     """Whether a path exists under the root (a dangling symlink counts: it was put there)."""
-    return os.path.lexists(ctx.path(absolute))
+    fs = ctx.contained()
+    if fs is None:
+        return os.path.lexists(ctx.path(absolute))
+    try:
+        fs.stat(absolute, follow=False)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def read_bytes(ctx: ProbeContext, absolute: str, limit: int = MAX_READ) -> bytes | Unavailable:
     """Read up to ``limit`` raw bytes of a file under the root (efivars, binary attributes)."""
     path = ctx.path(absolute)
     try:
-        return _read_bytes(path, limit)
+        return _read_at(ctx, absolute, path, limit)
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
 
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a bounded child process left behind: exit status and decoded output."""
+    """What a bounded child process left behind: exit status and decoded output. ``cut``: it
+    printed more than run_bounded's cap on a pipe and was killed; the output is what came first."""
 
     returncode: int
     stdout: str
     stderr: str
     timed_out: bool = False
+    cut: bool = False
 
 
 def kill_and_forget(proc: Any, name: str) -> None:
@@ -289,29 +387,20 @@ def kill_and_forget(proc: Any, name: str) -> None:
 
     A child stuck in the kernel (uninterruptible sleep after a GPU fault) may not die at once;
     a daemon thread reaps it whenever it does, so no caller blocks and no zombie is left.
-    ``proc`` is a subprocess.Popen.
+    ``proc`` is a subprocess.Popen. See gpudoctor.children.forget.
     """
-    import signal
-    import threading
+    from ..children import forget
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    for stream in (proc.stdout, proc.stderr):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
-    threading.Thread(target=proc.wait, name=f"reap-{name}", daemon=True).start()
+    forget(proc, name)
 
 
 def run_bounded(
-    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, *, partial: bool = False
+    argv: Sequence[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    partial: bool = False,
+    cap: int | None = None,
 ) -> CommandResult | Unavailable:
     """Run ``argv`` (never through a shell) with a hard wall-clock limit; never raise, never hang.
 
@@ -322,50 +411,89 @@ def run_bounded(
     not_found, an unexecutable one no_permission, a timeout is timeout; with
     ``partial=True`` a timeout returns what the child printed so far instead,
     marked ``timed_out``.
-    """
-    import subprocess
 
-    name = os.path.basename(argv[0]) if argv else "?"
+    Each pipe is read up to ``cap`` bytes (default gpudoctor.children.OUTPUT_CAP, 1 MiB); a
+    child that prints more is killed at once: an error, or with ``partial=True`` what came
+    first, marked ``cut``. The child is killed on every way out (an exception, a signal:
+    see gpudoctor.children).
+    """
+    from ..children import CUT, DEADLINE, OUTPUT_CAP, Child, deadline_in
+
+    limit = OUTPUT_CAP if cap is None else cap
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-            close_fds=True,
-        )
+        child = Child(argv, env=env, stdout_cap=limit, stderr_cap=limit)
     except FileNotFoundError:
         return Unavailable("not_found", f"{argv[0]}: no such program")
     except PermissionError:
         return Unavailable("no_permission", f"{argv[0]}: not executable")
-    except (OSError, ValueError) as exc:
-        return Unavailable("error", f"{argv[0]}: cannot start: {exc}")
-    try:
-        out, err = proc.communicate(timeout=max(0.01, timeout))
-    except subprocess.TimeoutExpired as expired:
-        kill_and_forget(proc, name)
+    except (OSError, ValueError, IndexError) as exc:  # IndexError: an empty argv
+        return Unavailable("error", f"{argv[0] if argv else '(nothing)'}: cannot start: {exc}")
+    deadline = deadline_in(max(0.01, timeout))
+    outcome = child.read(deadline)
+    code = child.wait(deadline) if outcome not in (CUT, DEADLINE) else None
+    child.close()  # kills it when it is still running (past its deadline, or past its cap)
+    out, err = child.stdout.text(), child.stderr.text()
+    if outcome == CUT:
         if partial:
-            so_far = expired.output if isinstance(expired.output, bytes) else b""
-            errs = expired.stderr if isinstance(expired.stderr, bytes) else b""
-            return CommandResult(-9, so_far.decode("utf-8", "replace"), errs.decode("utf-8", "replace"), True)
+            return CommandResult(-9, out, err, cut=True)
+        size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+        return Unavailable(
+            "error", f"{argv[0]} printed more than {size} on {child.cut_stream()} and was stopped"
+        )
+    if code is None:
+        if partial:
+            return CommandResult(-9, out, err, True)
         # the full path: "python did not finish" would not say which of a host's interpreters hung
         return Unavailable("timeout", f"{argv[0]} did not finish within {timeout:.1f} s and was killed")
-    return CommandResult(
-        proc.returncode,
-        out.decode("utf-8", "replace") if out else "",
-        err.decode("utf-8", "replace") if err else "",
-    )
+    return CommandResult(code, out, err)
+
+
+def _mode(ctx: ProbeContext, absolute: str) -> int:
+    """st_mode of a path under the root, its links followed inside the root; 0 when it cannot be stat'ed."""
+    fs = ctx.contained()
+    try:
+        if fs is not None:
+            return fs.stat(absolute).st_mode
+        real = resolve_path(ctx, absolute)
+        return os.stat(ctx.path(real)).st_mode if isinstance(real, str) else 0
+    except (OSError, ValueError):
+        return 0
 
 
 def is_dir(ctx: ProbeContext, absolute: str) -> bool:
     """Whether a path is a directory under the root, following its links inside the root."""
-    real = resolve_path(ctx, absolute)
-    return isinstance(real, str) and os.path.isdir(ctx.path(real))
+    return stat.S_ISDIR(_mode(ctx, absolute))
 
 
 def is_file(ctx: ProbeContext, absolute: str) -> bool:
     """Whether a path is a regular file under the root, following its links inside the root."""
-    real = resolve_path(ctx, absolute)
-    return isinstance(real, str) and os.path.isfile(ctx.path(real))
+    return stat.S_ISREG(_mode(ctx, absolute))
+
+
+# Directories of a PATH-style variable looked at, at most: under a root the environment is a file of
+# the tree, and a megabyte of "/a:/b:..." would otherwise cost a lookup per entry per program.
+MAX_SEARCH_DIRS = 256
+
+
+def search_dirs(value: str, extra: Sequence[str] = (), *, empty_is_root: bool = False) -> list[str]:
+    """The absolute directories of a PATH-style list (trailing slashes dropped), each once and in
+    order, at most MAX_SEARCH_DIRS of them, then those of ``extra`` not already there. With
+    ``empty_is_root`` an entry that is only slashes (or empty) stands for "/"."""
+    seen: dict[str, None] = {}
+    for entry in value.split(":"):
+        entry = entry.rstrip("/") or ("/" if empty_is_root else "")
+        if entry.startswith("/"):
+            seen[entry] = None
+            if len(seen) >= MAX_SEARCH_DIRS:
+                break
+    for entry in extra:
+        seen.setdefault(entry, None)
+    return list(seen)
+
+
+def read_recorded(ctx: ProbeContext, name: str, limit: int = MAX_READ) -> bytes | Unavailable:
+    """The bytes of a recorded-answers file (torch.json) in a fixture root, read inside the root;
+    not_found when the root has none (and on the live machine, which has no recordings)."""
+    if ctx.live:
+        return Unavailable("not_found", f"no recorded {name} on the live machine")
+    return read_bytes(ctx, "/" + name, limit)

@@ -29,15 +29,15 @@ import re
 import sys
 from typing import Any, Mapping
 
-from ..context import ProbeContext
+from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
 from .files import (
     exists,
     parse_cpulist,
     read_cpulist,
-    read_file_bytes,
     read_lines,
     read_parsed,
+    read_recorded,
     read_text,
     resolve_path,
     run_bounded,
@@ -58,16 +58,32 @@ _RELEASE_ARCH_SUFFIXES = ("x86_64", "aarch64", "ppc64le", "s390x", "riscv64")
 
 _SIZE_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
+# Sizes a file can have at most; a longer one is not that file (EFBIG: unavailable, error). The
+# kernel's host name and release are at most 64 bytes (__NEW_UTS_LEN); os-release is a few lines.
+MAX_UTS_FILE = 256
+MAX_OS_RELEASE = 1 << 16
+# What of an os-release value is kept as a fact (PRETTY_NAME is some 30 characters).
+MAX_OS_FIELD = 256
+# cgroup files are read this far: the container signs are in the first lines.
+MAX_CGROUP_TEXT = 1 << 16
+# A cgroup path longer or deeper than this is not a machine's (systemd nests a few levels).
+MAX_CGROUP_PATH = 4096
+MAX_CGROUP_DEPTH = 64
+# Digits a size or limit has at most (2**64 has 20).
+MAX_DIGITS = 20
+# What a fact keeps of an environment value read from a root's proc/self/environ.
+MAX_ENV_VALUE = 1 << 14
+
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
-    osrelease = read_text(ctx, "/proc/sys/kernel/osrelease")
+    osrelease = read_text(ctx, "/proc/sys/kernel/osrelease", limit=MAX_UTS_FILE)
     os_fields = _os_release(ctx)
     status = _proc_status(ctx)
     memlock_soft, memlock_hard = _memlock(ctx)
     python_version, python_executable = _python(ctx)
     in_container, runtime = _container(ctx)
     return {
-        "hostname": read_text(ctx, "/proc/sys/kernel/hostname"),
+        "hostname": read_text(ctx, "/proc/sys/kernel/hostname", limit=MAX_UTS_FILE),
         "kernel_release": osrelease,
         "os_id": os_fields["ID"],
         "os_version": os_fields["VERSION_ID"],
@@ -88,7 +104,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         "memlock_soft_bytes": memlock_soft,
         "memlock_hard_bytes": memlock_hard,
         "uptime_s": read_parsed(ctx, "/proc/uptime", lambda text: float(text.split()[0])),
-        "env": gpu_env(ctx.env),
+        "env": gpu_env(ctx.env) if ctx.live else _bounded(gpu_env(ctx.env)),
     }
 
 
@@ -99,6 +115,11 @@ def gpu_env(env: Mapping[str, str]) -> dict[str, str]:
         for key in sorted(env)
         if key in ENV_NAMES or key.startswith(ENV_PREFIXES)
     }
+
+
+def _bounded(env: dict[str, str]) -> dict[str, str]:
+    """A root's environment (a file of the tree) as facts: each value at most MAX_ENV_VALUE long."""
+    return {k: v if len(v) <= MAX_ENV_VALUE else v[: MAX_ENV_VALUE - 3] + "..." for k, v in env.items()}
 
 
 # --- OS -------------------------------------------------------------------------------------------
@@ -156,26 +177,31 @@ def _os_release(ctx: ProbeContext) -> dict[str, Any]:
         # etc/os-release is usually a link into usr/lib; resolve it inside the root so that a
         # captured tree with an absolute link does not read this machine's file.
         where = resolve_path(ctx, candidate)
-        text = where if isinstance(where, Unavailable) else read_text(ctx, where)
+        text = where if isinstance(where, Unavailable) else read_text(ctx, where, limit=MAX_OS_RELEASE)
         if isinstance(text, Unavailable):
             first = first or text
             continue
         fields = parse_os_release(text)
-        return {
-            k: fields[k] if fields.get(k) else Unavailable("not_found", f"no {k}= in {ctx.path(candidate)}")
-            for k in keys
-        }
+        return {k: _os_field(ctx, candidate, k, fields.get(k)) for k in keys}
     missing = first or Unavailable("not_found", "no os-release file")
     return {k: missing for k in keys}
+
+
+def _os_field(ctx: ProbeContext, candidate: str, key: str, value: str | None) -> str | Unavailable:
+    if not value:
+        return Unavailable("not_found", f"no {key}= in {ctx.path(candidate)}")
+    if len(value) > MAX_OS_FIELD:
+        return Unavailable("error", f"{ctx.path(candidate)}: {key}= is {len(value)} characters long: {excerpt(value)}")
+    return value
 
 
 def _arch(ctx: ProbeContext, osrelease: str | Unavailable) -> str | Unavailable:
     if ctx.live:
         machine = platform.machine()
         return machine if machine else Unavailable("not_found", "platform.machine() is empty")
-    recorded = read_text(ctx, "/proc/sys/kernel/arch")  # only newer kernels have this sysctl
-    if not isinstance(recorded, Unavailable):
-        return recorded
+    recorded = read_text(ctx, "/proc/sys/kernel/arch", limit=MAX_UTS_FILE)  # only newer kernels have this sysctl
+    if not isinstance(recorded, Unavailable) or recorded.reason != "not_found":
+        return recorded  # the file, or why it is there and unreadable (a loop, a link out of the root)
     if isinstance(osrelease, str):
         for suffix in _RELEASE_ARCH_SUFFIXES:
             if osrelease.endswith("." + suffix):
@@ -230,13 +256,13 @@ def _python(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavailable]:
 
 
 def _recorded_python(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavailable]:
-    path = ctx.recorded("torch.json")
+    raw = read_recorded(ctx, "torch.json")  # read inside the root, like every file of it
     absent = Unavailable("not_found", "interpreter not recorded in the fixture root")
-    if path is None:
+    if isinstance(raw, Unavailable):
         return absent, absent
     try:
-        data = json.loads(read_file_bytes(path))
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested 1000 deep
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: JSON nested 1000 deep
         return absent, absent
     if not isinstance(data, dict):
         return absent, absent
@@ -265,10 +291,10 @@ def _mem_total(ctx: ProbeContext) -> int | Unavailable:
     for line in lines:
         if line.startswith("MemTotal:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdecimal():
+            if len(parts) >= 2 and parts[1].isascii() and parts[1].isdecimal() and len(parts[1]) <= MAX_DIGITS:
                 unit = parts[2].lower() if len(parts) > 2 else ""
                 return int(parts[1]) * (1024 if unit == "kb" else 1)
-            return Unavailable("error", f"{ctx.path('/proc/meminfo')}: unexpected MemTotal line {line!r}")
+            return Unavailable("error", f"{ctx.path('/proc/meminfo')}: unexpected MemTotal line {excerpt(line)}")
     return Unavailable("not_found", f"{ctx.path('/proc/meminfo')}: no MemTotal line")
 
 
@@ -292,7 +318,7 @@ def _status_list(status: dict[str, str] | Unavailable, key: str) -> list[int] | 
     try:
         return parse_cpulist(status[key])
     except ValueError as exc:
-        return Unavailable("error", f"proc/self/status {key}: {status[key]!r} is not a list ({exc})")
+        return Unavailable("error", f"proc/self/status {key}: {excerpt(status[key])} is not a list ({exc})")
 
 
 def _memlock(ctx: ProbeContext) -> tuple[int | Unavailable, int | Unavailable]:
@@ -308,7 +334,7 @@ def _memlock(ctx: ProbeContext) -> tuple[int | Unavailable, int | Unavailable]:
                 soft, hard = _limit_value(fields[0]), _limit_value(fields[1])
                 if soft is not None and hard is not None:
                     return soft, hard
-            bad = Unavailable("error", f"{ctx.path('/proc/self/limits')}: unexpected line {line.strip()!r}")
+            bad = Unavailable("error", f"{ctx.path('/proc/self/limits')}: unexpected line {excerpt(line.strip())}")
             return bad, bad
     gone = Unavailable("not_found", f"{ctx.path('/proc/self/limits')}: no 'Max locked memory' line")
     return gone, gone
@@ -317,7 +343,7 @@ def _memlock(ctx: ProbeContext) -> tuple[int | Unavailable, int | Unavailable]:
 def _limit_value(text: str) -> int | None:
     if text == "unlimited":
         return -1
-    return int(text) if text.isdecimal() else None
+    return int(text) if text.isascii() and text.isdecimal() and len(text) <= MAX_DIGITS else None
 
 
 def _memlock_rlimit() -> tuple[int | Unavailable, int | Unavailable]:
@@ -362,14 +388,16 @@ def _walk_cpuset(ctx: ProbeContext, mount: str, cgroup: str, names: tuple[str, .
     # controller has no file and inherits its parent's set, and inside a container without a
     # cgroup namespace the host path does not exist there, but the mount root is the
     # container's own cgroup.
-    parts = [p for p in cgroup.split("/") if p and p not in (".", "..")]
+    parts = [p for p in cgroup.split("/") if p and p not in (".", "..")] if len(cgroup) <= MAX_CGROUP_PATH else []
+    if len(cgroup) > MAX_CGROUP_PATH or len(parts) > MAX_CGROUP_DEPTH:
+        return Unavailable("error", f"cgroup {excerpt(cgroup)} is longer or deeper than a cgroup path can be")
     for depth in range(len(parts), -1, -1):
         base = "/".join([mount] + parts[:depth])
         for name in names:
             cpus = read_cpulist(ctx, f"{base}/{name}")
             if isinstance(cpus, list) or cpus.reason != "not_found":
                 return cpus
-    return Unavailable("not_found", f"no cpuset file under {ctx.path(mount)} for cgroup {cgroup}")
+    return Unavailable("not_found", f"no cpuset file under {ctx.path(mount)} for cgroup {shown(cgroup, 120)}")
 
 
 # --- container ------------------------------------------------------------------------------------
@@ -403,7 +431,7 @@ def _container(ctx: ProbeContext) -> tuple[bool | Unavailable, str | Unavailable
     if exists(ctx, "/.dockerenv"):
         signs.append("docker")
     for cgroup_file in ("/proc/1/cgroup", "/proc/self/cgroup"):
-        text = read_text(ctx, cgroup_file)
+        text = read_text(ctx, cgroup_file, whole=False, limit=MAX_CGROUP_TEXT)
         if isinstance(text, str):
             signs.extend(name for name, pattern in _CGROUP_SIGNS if pattern.search(text))
     overlay_root = False
@@ -458,7 +486,7 @@ def _shm_bytes(ctx: ProbeContext) -> int | Unavailable:
         if option.startswith("size="):
             size = _parse_size(option[len("size="):])
             if size is None:
-                return Unavailable("error", f"{ctx.path(source)}: unexpected /dev/shm option {option!r}")
+                return Unavailable("error", f"{ctx.path(source)}: unexpected /dev/shm option {excerpt(option)}")
             if size > 0:
                 return size
             break  # size=0 is "no limit" for tmpfs: fall through to what the filesystem says
@@ -472,7 +500,7 @@ def _shm_bytes(ctx: ProbeContext) -> int | Unavailable:
 
 
 def _parse_size(text: str) -> int | None:
-    match = re.fullmatch(r"(\d+)([kmgtKMGT]?)", text)
+    match = re.fullmatch(r"([0-9]{1,20})([kmgtKMGT]?)", text) if len(text) <= MAX_DIGITS + 1 else None
     if not match:
         return None
     return int(match.group(1)) * _SIZE_SUFFIX[match.group(2).lower()]

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import Unavailable
-from .files import unavailable_from_oserror
+from .files import open_fd, unavailable_from_oserror
 
 KMSG = "/dev/kmsg"
 LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
@@ -40,6 +40,8 @@ MAX_KMSG_BYTES = 32 << 20
 MAX_LOG_TAIL = 16 << 20
 MAX_ENTRIES = 64
 MAX_MESSAGE = 160
+# A printk record is at most about 1 KiB (PRINTK_MESSAGE_MAX); only so much of a line is searched.
+MAX_LINE = 4096
 
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>(?:[0-9A-Fa-f]{4}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\): "
@@ -63,7 +65,7 @@ class _Xids:
         self.entries: dict[tuple[str, int], dict[str, Any]] = {}
 
     def add(self, line: str, seconds: float | None) -> None:
-        match = _XID.search(line)
+        match = _XID.search(line, 0, MAX_LINE)
         if not match:
             return
         key = (_bus_id(match.group("bus")), int(match.group("code")))
@@ -98,8 +100,10 @@ def _read_kmsg(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
     path = ctx.path(KMSG)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
+        # Under a root that is not the live machine only a regular file is opened: a dev/kmsg
+        # device node in an image is this machine's kernel log, not the image's.
+        fd = open_fd(ctx, KMSG, flags)
+    except (OSError, ValueError) as exc:
         return unavailable_from_oserror(path, exc)
     xids = _Xids()
     total = 0
@@ -145,8 +149,8 @@ def _read_tail(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     path = ctx.path(absolute)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
+        fd = open_fd(ctx, absolute, flags)
+    except (OSError, ValueError) as exc:
         return unavailable_from_oserror(path, exc)
     try:
         info = os.fstat(fd)
@@ -180,13 +184,13 @@ def parse_syslog(text: str) -> list[dict[str, Any]] | None:
         return None
     start = 0
     for i in kernel_lines:
-        if _BOOT_BANNER.search(lines[i]):
+        if _BOOT_BANNER.search(lines[i], 0, MAX_LINE):
             start = i
     xids = _Xids()
     for line in lines[start:]:
         if "NVRM: Xid" not in line:
             continue
-        uptime = _SYSLOG_UPTIME.search(line)
+        uptime = _SYSLOG_UPTIME.search(line, 0, MAX_LINE)
         xids.add(line, float(uptime.group(1)) if uptime else None)
     return xids.result()
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
-from ..context import ProbeContext
+from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
-from .files import exists, list_dir, read_bytes, read_text, resolve_path
+from .files import exists, list_dir, read_bytes, read_text, resolve_path, search_dirs
 
 # Directories the dynamic loader searches for libnvidia-ml.so.1 on common distributions,
 # in a fixed order after LD_LIBRARY_PATH (WSL puts the driver's libraries in /usr/lib/wsl/lib).
@@ -51,9 +52,23 @@ MODPROBE_DIRS = (
 SECURE_BOOT_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 _NVML_VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
-# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build ..."
-# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"
-_NVRM_VERSION = re.compile(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)(?:\s|$)")
+# A driver version as its files print it; matched against one short word at a time, never a line.
+_VERSION_WORD = re.compile(r"\d{1,9}\.\d{1,9}(?:\.\d{1,9})?")
+# The driver's proc file is a few lines; only its start is read, and only so much of a line is
+# searched (the real NVRM line is about 130 characters).
+MAX_PROC_VERSION = 1 << 16
+MAX_NVRM_LINE = 1024
+# What the facts keep of the file's first line.
+MAX_SHOWN_LINE = 256
+# A module's version file and the kernel command line are short (COMMAND_LINE_SIZE is at most
+# a few KiB); longer ones are not those files.
+MAX_VERSION_FILE = 256
+MAX_CMDLINE = 1 << 16
+# Module names are at most 55 characters (MODULE_NAME_LEN); a kernel loads a few hundred.
+MAX_MODULE_NAME = 64
+MAX_MODULES = 8192
+# Directory entries (modprobe.d files, IOMMU groups, library directories) looked at, at most.
+MAX_ENTRIES = 4096
 
 _TRACKED = ("nvidia", "nvidia_uvm", "nvidia_peermem", "nouveau", "amdgpu")
 
@@ -62,29 +77,49 @@ def parse_proc_modules(text: str) -> list[str]:
     """Module names, one per line of /proc/modules ("nvidia_uvm 1531904 0 - Live 0x0 (POE)")."""
     names: list[str] = []
     for line in text.splitlines():
-        fields = line.split()
-        if fields:
+        fields = line.split(None, 1)
+        if fields and len(fields[0]) <= MAX_MODULE_NAME:
             names.append(fields[0])
     if not names:
         raise ValueError("no module lines")
+    if len(names) > MAX_MODULES:
+        raise ValueError(f"{len(names)} module lines, more than a kernel loads")
     return names
 
 
 def parse_nvrm_version(text: str) -> str | None:
-    """The driver version in /proc/driver/nvidia/version, or None when the text has none."""
+    """The driver version in /proc/driver/nvidia/version, or None when the text has none.
+
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build ..." or
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023":
+    the first whitespace-separated word after "Kernel Module" that is a version. Linear in the
+    text: a regex that let ``.*?`` search from every "Kernel Module" of a hostile line took
+    minutes on 300 KB."""
     for line in text.splitlines():
-        if line.startswith("NVRM version"):
-            match = _NVRM_VERSION.search(line)
-            if match:
-                return match.group(1)
+        if not line.startswith("NVRM version"):
+            continue
+        line = line[:MAX_NVRM_LINE]
+        at = line.find("Kernel Module")
+        while at >= 0:
+            rest = line[at + len("Kernel Module"):]
+            if not rest[:1].isalnum() and rest[:1] != "_":  # a whole word, as \b had it
+                for word in rest.split():
+                    if _VERSION_WORD.fullmatch(word):
+                        return word
+                return None
+            at = line.find("Kernel Module", at + 1)
     return None
+
+
+def _shortened(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _module_loaded(ctx: ProbeContext, name: str, loaded: list[str] | Unavailable) -> bool | Unavailable:
     if not isinstance(loaded, Unavailable):
         return name in loaded
     # No /proc/modules (some sandboxes hide it): sysfs knows loadable modules by initstate.
-    state = read_text(ctx, f"/sys/module/{name}/initstate")
+    state = read_text(ctx, f"/sys/module/{name}/initstate", limit=MAX_VERSION_FILE)
     if isinstance(state, str):
         return state == "live"
     if exists(ctx, f"/sys/module/{name}"):
@@ -103,7 +138,7 @@ def _absent_driver(loaded: bool | Unavailable, found: Unavailable, module: str) 
 
 def _nvidia_facts(ctx: ProbeContext, nvidia_loaded: bool | Unavailable) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    proc = read_text(ctx, "/proc/driver/nvidia/version")
+    proc = read_text(ctx, "/proc/driver/nvidia/version", whole=False, limit=MAX_PROC_VERSION)
     if isinstance(proc, Unavailable):
         proc_missing = _absent_driver(nvidia_loaded, proc, "nvidia")
         out["nvidia_flavour"] = proc_missing
@@ -111,24 +146,25 @@ def _nvidia_facts(ctx: ProbeContext, nvidia_loaded: bool | Unavailable) -> dict[
         proc_version: str | Unavailable = proc_missing
     else:
         first = proc.splitlines()[0].strip()
-        out["nvidia_proc_version"] = first
+        out["nvidia_proc_version"] = _shortened(first, MAX_SHOWN_LINE)
         parsed = parse_nvrm_version(proc)
         if parsed is None:
-            shown = first if len(first) <= 80 else first[:77] + "..."
-            bad = Unavailable("error", f"{ctx.path('/proc/driver/nvidia/version')}: no NVRM version line in {shown!r}")
+            where = ctx.path("/proc/driver/nvidia/version")
+            bad = Unavailable("error", f"{where}: no NVRM version line in {excerpt(first, 80)}")
             out["nvidia_flavour"] = bad
             proc_version = bad
         else:
-            out["nvidia_flavour"] = "open" if "Open Kernel Module" in proc else "proprietary"
+            nvrm = next(line for line in proc.splitlines() if line.startswith("NVRM version"))
+            out["nvidia_flavour"] = "open" if "Open Kernel Module" in nvrm[:MAX_NVRM_LINE] else "proprietary"
             proc_version = parsed
-    sys_version = read_text(ctx, "/sys/module/nvidia/version")
-    if isinstance(sys_version, str) and re.fullmatch(r"\d+\.\d+(?:\.\d+)?", sys_version):
+    sys_version = read_text(ctx, "/sys/module/nvidia/version", limit=MAX_VERSION_FILE)
+    if isinstance(sys_version, str) and len(sys_version) <= 32 and _VERSION_WORD.fullmatch(sys_version):
         out["nvidia_version"] = sys_version
     elif isinstance(proc_version, str):
         out["nvidia_version"] = proc_version
     elif isinstance(sys_version, str):
         out["nvidia_version"] = Unavailable(
-            "error", f"{ctx.path('/sys/module/nvidia/version')}: not a version: {sys_version[:40]!r}"
+            "error", f"{ctx.path('/sys/module/nvidia/version')}: not a version: {excerpt(sys_version, 40)}"
         )
     elif sys_version.reason == "not_found":
         out["nvidia_version"] = proc_version  # says why the fallback failed too
@@ -166,14 +202,15 @@ def _nvml_in_dir(ctx: ProbeContext, directory: str) -> tuple[str, str] | Unavail
 
 
 def _nvml_library(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavailable]:
-    dirs: list[str] = []
-    for entry in ctx.env.get("LD_LIBRARY_PATH", "").split(":"):
-        entry = entry.rstrip("/")
-        if entry.startswith("/") and entry not in dirs:
-            dirs.append(entry)
-    dirs.extend(d for d in NVML_LIB_DIRS if d not in dirs)
+    dirs = search_dirs(ctx.env.get("LD_LIBRARY_PATH", ""), NVML_LIB_DIRS)
     first_problem: Unavailable | None = None
+    stop = ctx.work_deadline()
     for directory in dirs:
+        if time.monotonic() > stop:
+            first_problem = first_problem or Unavailable(
+                "timeout", "the deadline passed before every library directory was looked at"
+            )
+            break
         found = _nvml_in_dir(ctx, directory)
         if found is None:
             continue
@@ -198,6 +235,7 @@ def _nouveau_blacklisted(ctx: ProbeContext, cmdline: str | Unavailable) -> bool 
                 return True
     seen_any = isinstance(cmdline, str)
     problem: Unavailable | None = None
+    stop = ctx.work_deadline()
     for directory in MODPROBE_DIRS:
         names = list_dir(ctx, directory)
         if isinstance(names, Unavailable):
@@ -205,9 +243,15 @@ def _nouveau_blacklisted(ctx: ProbeContext, cmdline: str | Unavailable) -> bool 
                 problem = problem or names
             continue
         seen_any = True
-        for name in names:
-            if not name.endswith(".conf"):
-                continue
+        confs = [name for name in names if name.endswith(".conf")]
+        for i, name in enumerate(confs):
+            if i >= MAX_ENTRIES or time.monotonic() > stop:
+                problem = problem or Unavailable(
+                    "timeout" if i < MAX_ENTRIES else "not_supported",
+                    f"{len(confs) - i} of the {len(confs)} files in {ctx.path(directory)} were not read "
+                    f"({'the deadline passed' if i < MAX_ENTRIES else f'at most {MAX_ENTRIES} are read'})",
+                )
+                break
             text = read_text(ctx, f"{directory}/{name}")
             if isinstance(text, Unavailable):
                 if text.reason != "not_found":  # an empty file is no problem
@@ -252,17 +296,28 @@ def _iommu_mode(ctx: ProbeContext, cmdline: str | Unavailable) -> str | Unavaila
         # The groups' default domain types are what the kernel actually did; the
         # command line only says what was asked for.
         types = set()
-        for group in groups:
-            kind = read_text(ctx, f"/sys/kernel/iommu_groups/{group}/type")
+        stop = ctx.work_deadline()
+        for i, group in enumerate(groups):
+            if i >= MAX_ENTRIES or time.monotonic() > stop:
+                # a group not read may be translated: only a translated one already seen decides
+                return Unavailable(
+                    "timeout" if i < MAX_ENTRIES else "not_supported",
+                    f"{len(groups) - i} of the {len(groups)} IOMMU groups were not read "
+                    f"({'the deadline passed' if i < MAX_ENTRIES else f'at most {MAX_ENTRIES} are read'})",
+                )
+            kind = read_text(ctx, f"/sys/kernel/iommu_groups/{group}/type", limit=MAX_VERSION_FILE)
             if isinstance(kind, str):
                 types.add(kind)
+                if kind in ("DMA", "DMA-FQ"):
+                    return "translated"  # one translated group is the answer
         if types & {"DMA", "DMA-FQ"}:
             return "translated"
         if "identity" in types:
             return "passthrough"
         if tokens & _IOMMU_PT:
             return "passthrough"
-        return Unavailable("not_supported", f"unrecognised IOMMU group types: {', '.join(sorted(types)) or 'none'}")
+        listed = ", ".join(shown(t, 20) for t in sorted(types)[:8]) or "none"
+        return Unavailable("not_supported", f"unrecognised IOMMU group types: {listed}")
     if tokens & _IOMMU_OFF:
         return "off"
     if isinstance(groups, list):
@@ -324,8 +379,8 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     else:
         try:
             loaded = parse_proc_modules(modules_text)
-        except ValueError:
-            loaded = Unavailable("error", f"{ctx.path('/proc/modules')}: no module lines")
+        except ValueError as exc:
+            loaded = Unavailable("error", f"{ctx.path('/proc/modules')}: {exc}")
     flags = {name: _module_loaded(ctx, name, loaded) for name in _TRACKED}
 
     out: dict[str, Any] = {
@@ -346,14 +401,16 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     else:
         out["nvml_library_version"] = out["nvml_library_path"] = nvml[0]
 
-    amd = read_text(ctx, "/sys/module/amdgpu/version")
+    amd = read_text(ctx, "/sys/module/amdgpu/version", limit=MAX_VERSION_FILE)
+    if isinstance(amd, str) and not amd.isprintable():
+        amd = Unavailable("error", f"{ctx.path('/sys/module/amdgpu/version')}: not a version: {excerpt(amd, 40)}")
     if isinstance(amd, Unavailable):
         amd = _absent_driver(flags["amdgpu"], amd, "amdgpu")
         if amd.reason == "not_found" and flags["amdgpu"] is True:
             amd = Unavailable("not_found", "amdgpu is loaded but has no version file (the in-kernel driver)")
     out["amdgpu_version"] = amd
 
-    cmdline = read_text(ctx, "/proc/cmdline")
+    cmdline = read_text(ctx, "/proc/cmdline", limit=MAX_CMDLINE)
     out["nouveau_blacklisted"] = _nouveau_blacklisted(ctx, cmdline)
     out["secure_boot"] = _secure_boot(ctx)
     out["cmdline"] = cmdline

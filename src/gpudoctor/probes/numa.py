@@ -12,23 +12,30 @@ Reads (all through the context root):
 Hosts have hundreds of CPUs and sysfs reads are not free, so shared facts are read once per
 group: thread siblings share one core (and so its package and core id), and the CPUs in a
 cache's shared_cpu_list share that cache. A 2x64-core SMT host costs about 400 small reads.
+
+Bounded, whatever the tree holds: nodes and CPUs are read until ``ctx.work_deadline()``; when
+it passes first, the list is unavailable (timeout) rather than short, since a NUMA binding made
+from part of a node's CPUs would be wrong. At most MAX_CACHE_INDEXES cache levels are read per CPU.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, List, Tuple, Union
 
-from ..context import ProbeContext
+from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
-from .files import list_dir, read_cpulist, read_int, read_lines, read_parsed, read_text
+from .files import MAX_CPU_ID, list_dir, read_cpulist, read_int, read_lines, read_parsed, read_text
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 
 _NODE_RE = re.compile(r"^node(\d+)$")
 _CPU_RE = re.compile(r"^cpu(\d+)$")
-_INDEX_RE = re.compile(r"^index\d+$")
+_INDEX_RE = re.compile(r"^index\d{1,4}$")
+# A CPU has four or five cache levels listed; a tree with hundreds is not a machine's.
+MAX_CACHE_INDEXES = 64
 
 IntList = Union[List[int], Unavailable]
 Topology = Tuple[Union[int, Unavailable], Union[int, Unavailable], IntList]
@@ -57,18 +64,27 @@ def _nodes(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
         if names.reason == "not_found":
             return Unavailable("not_found", f"{ctx.path(NODE_DIR)} does not exist (kernel without NUMA support)")
         return names
-    ids = sorted(int(m.group(1)) for m in map(_NODE_RE.match, names) if m)
+    ids = sorted(int(m.group(1)) for m in map(_NODE_RE.match, names) if m and len(m.group(1)) <= 6)
     if not ids:
         return Unavailable("not_found", f"no node<N> directories in {ctx.path(NODE_DIR)}")
-    return [
-        {
+    stop = ctx.work_deadline()
+    nodes = []
+    named = 0  # CPUs the nodes' lists name: each CPU is in one node, so at most MAX_CPU_ID + 1
+    for done, node in enumerate(ids):
+        if time.monotonic() > stop:
+            left = f"{len(ids) - done} of {len(ids)} NUMA nodes"
+            return Unavailable("timeout", f"the deadline passed with {left} not read")
+        cpus = read_cpulist(ctx, f"{NODE_DIR}/node{node}/cpulist")
+        named += len(cpus) if isinstance(cpus, list) else 0
+        if named > MAX_CPU_ID + 1:
+            return Unavailable("error", f"the cpulists under {ctx.path(NODE_DIR)} name more CPUs than there can be")
+        nodes.append({
             "id": node,
-            "cpus": read_cpulist(ctx, f"{NODE_DIR}/node{node}/cpulist"),
+            "cpus": cpus,
             "memory_total_bytes": _node_mem_total(ctx, node),
             "distances": read_parsed(ctx, f"{NODE_DIR}/node{node}/distance", parse_distances),
-        }
-        for node in ids
-    ]
+        })
+    return nodes
 
 
 def _node_mem_total(ctx: ProbeContext, node: int) -> int | Unavailable:
@@ -81,10 +97,11 @@ def _node_mem_total(ctx: ProbeContext, node: int) -> int | Unavailable:
         head, sep, tail = line.partition("MemTotal:")
         if sep:
             parts = tail.split()
-            if head.split()[:1] == ["Node"] and parts and parts[0].isdecimal():
+            if head.split()[:1] == ["Node"] and parts and parts[0].isascii() and parts[0].isdecimal() \
+                    and len(parts[0]) <= 20:
                 unit = parts[1].lower() if len(parts) > 1 else ""
                 return int(parts[0]) * (1024 if unit == "kb" else 1)
-            return Unavailable("error", f"{ctx.path(absolute)}: unexpected line {line.strip()!r}")
+            return Unavailable("error", f"{ctx.path(absolute)}: unexpected line {excerpt(line.strip())}")
     return Unavailable("not_found", f"{ctx.path(absolute)}: no MemTotal line")
 
 
@@ -95,7 +112,7 @@ def _online_cpus(ctx: ProbeContext) -> list[int] | Unavailable:
     names = list_dir(ctx, CPU_DIR)
     if isinstance(names, Unavailable):
         return online if isinstance(online, Unavailable) else names
-    found = sorted(int(m.group(1)) for m in map(_CPU_RE.match, names) if m)
+    found = sorted(int(m.group(1)) for m in map(_CPU_RE.match, names) if m and len(m.group(1)) <= 6)
     if not found:
         return Unavailable("not_found", f"no online CPUs listed under {ctx.path(CPU_DIR)}")
     return found
@@ -114,7 +131,11 @@ def _cpus(ctx: ProbeContext, nodes: list[dict[str, Any]] | Unavailable) -> list[
     topology: dict[int, Topology] = {}
     llc: dict[int, IntList] = {}
     out = []
-    for cpu in online:
+    stop = ctx.work_deadline()
+    for done, cpu in enumerate(online):
+        if time.monotonic() > stop:
+            left = f"{len(online) - done} of {len(online)} CPUs"
+            return Unavailable("timeout", f"the deadline passed with {left} not read")
         if cpu not in topology:
             _read_topology(ctx, cpu, topology)
         if cpu not in llc:
@@ -168,9 +189,10 @@ def _llc_of(ctx: ProbeContext, cpu: int) -> IntList:
         return names
     best: tuple[int, str] | None = None
     problem: Unavailable | None = None
-    for name in names:
-        if not _INDEX_RE.match(name):
-            continue
+    indexes = [name for name in names if _INDEX_RE.match(name)]
+    if len(indexes) > MAX_CACHE_INDEXES:
+        return Unavailable("error", f"{ctx.path(base)} lists {len(indexes)} caches, more than a CPU has")
+    for name in indexes:
         level = read_int(ctx, f"{base}/{name}/level")
         kind = read_text(ctx, f"{base}/{name}/type")
         if isinstance(level, Unavailable):
@@ -205,4 +227,4 @@ def _smt_active(ctx: ProbeContext) -> bool | Unavailable:
         return text
     if text in ("0", "1"):
         return text == "1"
-    return Unavailable("error", f"{ctx.path(CPU_DIR + '/smt/active')}: unexpected content {text[:40]!r}")
+    return Unavailable("error", f"{ctx.path(CPU_DIR + '/smt/active')}: unexpected content {excerpt(text, 40)}")

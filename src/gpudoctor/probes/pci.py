@@ -13,6 +13,11 @@ Reads (all through the context root, symlinks resolved inside it):
 Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1200xx) as kind
 "gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
 be read as kind "other" (it might be a GPU). Everything else is skipped.
+
+Bounded, whatever the tree holds: at most MAX_FUNCTIONS functions are probed, and none once
+``ctx.work_deadline()`` has passed. What was not probed is one last entry of kind "other" whose
+facts are unavailable (timeout, or not_supported past the cap) and say how many functions, from
+which bus id on, were left out.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from typing import Any, Callable
 
-from ..context import ProbeContext
+from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
-from .files import list_dir, read_cpulist, read_int, read_parsed, resolve_path
+from .files import list_dir, read_cpulist, read_int, read_link, read_parsed, resolve_path, stat_path
 
 BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -41,22 +47,46 @@ VENDORS = {
 # Transfer rate per lane of each PCIe generation, as the kernel prints it.
 GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 
-_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*GT/s")
+_SPEED_RE = re.compile(r"^(\d{1,4}(?:\.\d{1,4})?)\s{0,8}GT/s")
+
+# PCI functions probed at most. A large host has a few hundred (with SR-IOV virtual functions, a
+# couple of thousand); a tree with more is not a machine, and probing it would outlast any deadline.
+MAX_FUNCTIONS = 4096
+# RDMA devices (sys/class/infiniband entries) looked at, for the same reason.
+MAX_RDMA_DEVICES = 4096
 
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     names = list_dir(ctx, "/sys/bus/pci/devices")
     if isinstance(names, Unavailable):
         return {"devices": names}
-    rdma_by_bdf = _rdma_class_links(ctx)
+    stop = ctx.work_deadline()
+    rdma_by_bdf = _rdma_class_links(ctx, stop)
+    functions = [bdf for bdf in names if BDF_RE.match(bdf)]
     devices = []
-    for bdf in names:
-        if not BDF_RE.match(bdf):
-            continue
+    for done, bdf in enumerate(functions):
+        if done >= MAX_FUNCTIONS or time.monotonic() > stop:
+            devices.append(_not_probed(ctx, functions, done))
+            break
         device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []))
         if device is not None:
             devices.append(device)
     return {"devices": devices}
+
+
+def _not_probed(ctx: ProbeContext, functions: list[str], done: int) -> dict[str, Any]:
+    """The one entry that stands for the functions left out: kind "other" (any might be a GPU)."""
+    left = len(functions) - done
+    listing = ctx.path("/sys/bus/pci/devices")
+    where = f"{left} of the {len(functions)} PCI functions in {listing}, from {functions[done]} on"
+    if done >= MAX_FUNCTIONS:
+        gone = Unavailable("not_supported", f"{where}, were not probed: gpudoctor probes at most {MAX_FUNCTIONS}")
+    else:
+        gone = Unavailable("timeout", f"{where}, were not probed: the run's deadline passed")
+    entry: dict[str, Any] = dict.fromkeys(_DEVICE_KEYS, gone)
+    entry["bus_id"] = functions[done]
+    entry["kind"] = "other"
+    return entry
 
 
 def is_gpu_class(class_code: int) -> bool:
@@ -67,7 +97,7 @@ def parse_link_speed(text: str) -> float | Unavailable:
     """GT/s of a sysfs link speed: "32.0 GT/s PCIe", older "8 GT/s", "Unknown" (not_supported)."""
     text = text.strip()
     if text.lower().startswith("unknown"):
-        return Unavailable("not_supported", f"link speed {text!r}")
+        return Unavailable("not_supported", f"link speed {excerpt(text, 40)}")
     match = _SPEED_RE.match(text)
     if not match:
         raise ValueError("not a GT/s rate")
@@ -103,7 +133,9 @@ def _read_speed(ctx: ProbeContext, absolute: str) -> float | Unavailable:
 def _driver(ctx: ProbeContext, base: str) -> str | Unavailable:
     path = ctx.path(f"{base}/driver")
     try:
-        target = os.readlink(path)
+        target = read_link(ctx, f"{base}/driver")
+    except ValueError as exc:  # a NUL byte in the path
+        return Unavailable("error", f"{path}: {exc}")
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return "none"  # an unbound function has no driver link
@@ -113,14 +145,26 @@ def _driver(ctx: ProbeContext, base: str) -> str | Unavailable:
             return Unavailable("no_permission", f"{path}: permission denied")
         return Unavailable("error", f"{path}: {exc.strerror or exc}")
     try:
-        os.stat(path)
-    except OSError as exc:
+        stat_path(ctx, f"{base}/driver")
+    except (OSError, ValueError) as exc:
         # A captured tree keeps the link but not the driver directory: a dangling link still
         # names the driver. A loop names nothing.
-        if exc.errno == errno.ELOOP:
+        if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
             return Unavailable("error", f"{path}: symlink loop")
     name = os.path.basename(target.rstrip("/"))
-    return name or Unavailable("error", f"{path}: empty link target")
+    if not name:
+        return Unavailable("error", f"{path}: empty link target")
+    if len(name) > 64 or not name.isprintable():  # driver names are short identifiers
+        return Unavailable("error", f"{path}: not a driver name: {excerpt(name)}")
+    return name
+
+
+_DEVICE_KEYS = (
+    "bus_id", "kind", "class_code", "vendor", "vendor_id", "device_id", "driver", "numa_node", "local_cpus",
+    "link_speed_gts", "link_width", "max_link_speed_gts", "max_link_width", "link_gen", "max_link_gen",
+    "parent_bus_id", "parent_max_link_speed_gts", "parent_max_link_width", "parent_max_link_gen", "path",
+    "rdma_devices", "net_devices",
+)
 
 
 def _names(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
@@ -199,13 +243,15 @@ def _parent(ctx: ProbeContext, bdf: str, resolved: str | Unavailable) -> dict[st
     }
 
 
-def _rdma_class_links(ctx: ProbeContext) -> dict[str, list[str]]:
+def _rdma_class_links(ctx: ProbeContext, stop: float) -> dict[str, list[str]]:
     """bus id -> RDMA device names, from /sys/class/infiniband/<name>/device."""
     out: dict[str, list[str]] = {}
     names = list_dir(ctx, "/sys/class/infiniband")
     if isinstance(names, Unavailable):
         return out
-    for name in names:
+    for name in names[:MAX_RDMA_DEVICES]:
+        if time.monotonic() > stop:
+            break  # the devices' own infiniband/ directories still name theirs
         target = resolve_path(ctx, f"/sys/class/infiniband/{name}/device")
         if isinstance(target, str):
             bdf = os.path.basename(target)

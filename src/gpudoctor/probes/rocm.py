@@ -16,14 +16,22 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
-from ..context import ProbeContext
+from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
 from .files import exists, is_dir, list_dir, read_text, resolve_path
 
-_ROCM_DIR_VERSION = re.compile(r"^rocm-(\d+\.\d+(?:\.\d+)?)")
-_RELEASE = re.compile(r"^(\d+\.\d+(?:\.\d+)?)")
+_ROCM_DIR_VERSION = re.compile(r"^rocm-(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
+_RELEASE = re.compile(r"^(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
+# .info/version is one short line, a node's properties a few dozen; longer files are not those.
+MAX_INFO_FILE = 1 << 12
+MAX_PROPERTIES = 1 << 16
+# KFD topology nodes looked at, at most (a node per CPU socket and GPU partition).
+MAX_NODES = 1024
+# An environment value longer than PATH_MAX names no directory.
+MAX_ENV_PATH = 4096
 
 TOPOLOGY_DIRS = ("/sys/class/kfd/kfd/topology/nodes", "/sys/devices/virtual/kfd/kfd/topology/nodes")
 
@@ -37,12 +45,12 @@ def gfx_name(target_version: int) -> str:
 
 
 def _rocm_version(ctx: ProbeContext, path: str) -> str | Unavailable:
-    info = read_text(ctx, f"{path}/.info/version")
+    info = read_text(ctx, f"{path}/.info/version", limit=MAX_INFO_FILE)
     if isinstance(info, str):
         match = _RELEASE.match(info.splitlines()[0].strip())
         if match:
             return match.group(1)
-        return Unavailable("error", f"{ctx.path(path + '/.info/version')}: not a version: {info[:40]!r}")
+        return Unavailable("error", f"{ctx.path(path + '/.info/version')}: not a version: {excerpt(info, 40)}")
     # /opt/rocm -> /etc/alternatives/rocm -> /opt/rocm-6.4.0: the release is in the final name.
     real = resolve_path(ctx, path)
     if isinstance(real, str):
@@ -89,8 +97,17 @@ def _gfx_targets(ctx: ProbeContext) -> list[str] | Unavailable:
             continue
         targets: list[str] = []
         problem: Unavailable | None = None
-        for node in sorted(nodes, key=lambda n: _number_suffix(n, "")):
-            text = read_text(ctx, f"{topology}/{node}/properties")
+        stop = ctx.work_deadline()
+        ordered = sorted(nodes, key=lambda n: _number_suffix(n, ""))
+        for i, node in enumerate(ordered):
+            if i >= MAX_NODES or time.monotonic() > stop:
+                problem = problem or Unavailable(
+                    "timeout" if i < MAX_NODES else "not_supported",
+                    f"{len(ordered) - i} of the {len(ordered)} KFD topology nodes were not read",
+                )
+                targets = []  # a node not read may hold another target: the list would be short
+                break
+            text = read_text(ctx, f"{topology}/{node}/properties", limit=MAX_PROPERTIES)
             if isinstance(text, Unavailable):
                 problem = problem or text
                 continue
@@ -99,10 +116,13 @@ def _gfx_targets(ctx: ProbeContext) -> list[str] | Unavailable:
                 if key != "gfx_target_version":
                     continue
                 try:
+                    if len(value.strip()) > 20:
+                        raise ValueError("too long")
                     number = int(value.strip())
                 except ValueError:
                     problem = problem or Unavailable(
-                        "error", f"{ctx.path(topology)}/{node}/properties: gfx_target_version {value.strip()!r}"
+                        "error",
+                        f"{ctx.path(topology)}/{shown(node)}/properties: gfx_target_version {excerpt(value.strip())}",
                     )
                     break
                 if number > 0:  # 0: a CPU node
@@ -120,13 +140,15 @@ def _gfx_targets(ctx: ProbeContext) -> list[str] | Unavailable:
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     env_path = ctx.env.get("ROCM_PATH", "").rstrip("/")
+    if len(env_path) > MAX_ENV_PATH:
+        env_path = ""  # names nothing: as if unset
     path = env_path if env_path.startswith("/") else "/opt/rocm"
     out: dict[str, Any] = {}
     if is_dir(ctx, path):
         out["version"] = _rocm_version(ctx, path)
         out["path"] = path
     else:
-        where = f"ROCM_PATH={env_path}" if env_path else "/opt/rocm"
+        where = f"ROCM_PATH={shown(env_path)}" if env_path else "/opt/rocm"
         missing = Unavailable("not_found", f"no ROCm at {where}")
         out["version"] = missing
         out["path"] = missing

@@ -18,33 +18,42 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from typing import Any
 
-from ..context import ProbeContext
+from ..context import ProbeContext, shown
 from ..facts import Unavailable
-from .files import is_dir, is_file, list_dir, read_bytes, read_text, resolve_path, run_bounded
+from .files import (
+    MAX_SEARCH_DIRS,
+    is_dir,
+    is_file,
+    list_dir,
+    read_bytes,
+    read_text,
+    resolve_path,
+    run_bounded,
+    search_dirs,
+)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-_VERSION_TXT = re.compile(r"CUDA Version\s+(\d+)\.(\d+)")
-_NVCC_RELEASE = re.compile(r"release\s+(\d+)\.(\d+)\s*,")
-_RELEASE = re.compile(r"^(\d+)\.(\d+)")
-_CUDART_VERSION = re.compile(rb"#define\s+CUDART_VERSION\s+(\d+)")
+# Versions are a few digits: bounded quantifiers keep a megabyte of digits out of a fact.
+_VERSION_TXT = re.compile(r"CUDA Version[ \t]{1,16}(\d{1,4})\.(\d{1,4})")
+_NVCC_RELEASE = re.compile(r"release[ \t]{1,16}(\d{1,4})\.(\d{1,4})[ \t]{0,16},")
+_RELEASE = re.compile(r"^(\d{1,4})\.(\d{1,4})")
+_CUDART_VERSION = re.compile(rb"#define[ \t]{1,16}CUDART_VERSION[ \t]{1,16}(\d{1,9})")
+# version.txt is one line; version.json lists the components, a few KiB.
+MAX_VERSION_TXT = 1 << 12
+# An environment value longer than PATH_MAX names no directory.
+MAX_ENV_PATH = 4096
 _CUDA_DIR_NAME = re.compile(r"^cuda-(\d+)\.(\d+)$")
 
 
 def _search_dirs(ctx: ProbeContext) -> list[str]:
-    dirs: list[str] = []
     # Relative PATH entries depend on the working directory of a process we do not see.
-    for entry in ctx.env.get("PATH", DEFAULT_PATH).split(":"):
-        entry = entry.rstrip("/") or "/"
-        if entry.startswith("/") and entry not in dirs:
-            dirs.append(entry)
     cuda_home = ctx.env.get("CUDA_HOME", "").rstrip("/")
-    for extra in (f"{cuda_home}/bin" if cuda_home.startswith("/") else "", "/usr/local/cuda/bin"):
-        if extra and extra not in dirs:
-            dirs.append(extra)
-    return dirs
+    extra = [f"{cuda_home}/bin"] if cuda_home.startswith("/") else []
+    return search_dirs(ctx.env.get("PATH", DEFAULT_PATH), [*extra, "/usr/local/cuda/bin"], empty_is_root=True)
 
 
 def find_program(ctx: ProbeContext, name: str, dirs: list[str]) -> str | Unavailable:
@@ -77,7 +86,7 @@ def cuda_dir_version(ctx: ProbeContext, cuda_dir: str) -> str | Unavailable:
         if release:
             return release
         return Unavailable("error", f"{ctx.path(cuda_dir + '/version.json')}: no cuda.version")
-    txt = read_text(ctx, f"{cuda_dir}/version.txt")
+    txt = read_text(ctx, f"{cuda_dir}/version.txt", whole=False, limit=MAX_VERSION_TXT)
     if isinstance(txt, str):
         match = _VERSION_TXT.search(txt)
         if match:
@@ -140,10 +149,10 @@ def _is_compat_dir(directory: str) -> bool:
 
 
 def _cuda_compat(ctx: ProbeContext) -> tuple[bool | Unavailable, str | Unavailable]:
-    for entry in ctx.env.get("LD_LIBRARY_PATH", "").split(":"):
-        directory = entry.rstrip("/")
-        if not directory.startswith("/"):
-            continue
+    stop = ctx.work_deadline()
+    for directory in search_dirs(ctx.env.get("LD_LIBRARY_PATH", "")):
+        if time.monotonic() > stop:
+            return _compat_cut(), _compat_cut()
         lib = _has_libcuda(ctx, directory)
         if lib is None:
             continue
@@ -152,19 +161,31 @@ def _cuda_compat(ctx: ProbeContext) -> tuple[bool | Unavailable, str | Unavailab
         return False, Unavailable("not_found", f"the first libcuda on LD_LIBRARY_PATH is {lib}, not cuda-compat")
     confs = list_dir(ctx, "/etc/ld.so.conf.d")
     if isinstance(confs, list):
+        looked = 0  # compat directories named by the files, looked into
         for name in confs:
             if not name.endswith(".conf"):
                 continue
+            if looked >= MAX_SEARCH_DIRS or time.monotonic() > stop:
+                return _compat_cut(), _compat_cut()
             text = read_text(ctx, f"/etc/ld.so.conf.d/{name}")
             if isinstance(text, Unavailable):
                 continue
             for line in text.splitlines():
                 directory = line.split("#", 1)[0].strip().rstrip("/")
                 if directory.startswith("/") and _is_compat_dir(directory):
+                    looked += 1
+                    if looked > MAX_SEARCH_DIRS:
+                        break
                     lib = _has_libcuda(ctx, directory)
                     if lib is not None:
                         return True, lib
     return False, Unavailable("not_found", "no cuda-compat libcuda on LD_LIBRARY_PATH or in /etc/ld.so.conf.d")
+
+
+def _compat_cut() -> Unavailable:
+    return Unavailable(
+        "timeout", f"the deadline passed, or more than {MAX_SEARCH_DIRS} directories, before a libcuda was found"
+    )
 
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
@@ -176,12 +197,15 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
 
     home_env = ctx.env.get("CUDA_HOME") or ctx.env.get("CUDA_PATH") or ""
     home_env = home_env.rstrip("/") or ("/" if home_env else "")
-    if home_env:
+    if len(home_env) > MAX_ENV_PATH:
+        too_long = Unavailable("error", f"CUDA_HOME is {len(home_env)} characters long, longer than a path can be")
+        out["cuda_home"] = out["cuda_home_version"] = too_long
+    elif home_env:
         out["cuda_home"] = home_env
         if home_env.startswith("/") and is_dir(ctx, home_env):
             out["cuda_home_version"] = cuda_dir_version(ctx, home_env)
         else:
-            out["cuda_home_version"] = Unavailable("not_found", f"CUDA_HOME {home_env} is not a directory")
+            out["cuda_home_version"] = Unavailable("not_found", f"CUDA_HOME {shown(home_env)} is not a directory")
     elif is_dir(ctx, "/usr/local/cuda"):
         out["cuda_home"] = "/usr/local/cuda"
         out["cuda_home_version"] = cuda_dir_version(ctx, "/usr/local/cuda")

@@ -1,10 +1,64 @@
-"""Findings: what a rule concluded about one subject, and the report of a run."""
+"""Findings: what a rule concluded about one subject, and the report of a run.
+
+Bounds. Rule files (``--rules DIR``) and snapshots (``check --facts FILE``) are untrusted, and a
+finding repeats what a rule wrote and what the facts held once per rule and subject, so what
+findings may hold is bounded here and enforced by the runner (engine/runner.py):
+
+- every rendered message and fix, and every detail, at most :data:`MAX_TEXT_CHARS` (4 KiB)
+  characters; the rest is cut with a visible marker, ``' … [cut: N more characters]'``
+  (message templates are cut while they render: engine/expressions.py ``Template.render``);
+- a subject's label, bus id and uuid, a title and a cause, at most :data:`MAX_LABEL_CHARS`;
+- at most :data:`MAX_EVIDENCE_ITEMS` (64) facts as evidence per finding, the rest counted in a
+  last ``("…", "[cut: N more facts read]")`` entry; an evidence string is cut like a message and
+  a list or tuple holds at most :data:`MAX_EVIDENCE_CELLS` items and string characters in all;
+- a rule judges at most :data:`MAX_SUBJECTS_PER_RULE` (16384) subjects; the others get one
+  "unknown" finding saying how many were left out (cause ``engine: limit``);
+- all findings of one run hold at most :data:`MAX_REPORT_CHARS` (64 Mi) characters of text
+  (:class:`ReportBudget`); past that a finding keeps its rule, subject and status (so the exit
+  code and the counts stay right) but its message says it was cut and it carries no fix, detail
+  or evidence.
+
+Also: a finding for a rule the run had no time left for is "unknown" with cause
+``engine: timeout`` (see ``run_rules(deadline=...)``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+MAX_TEXT_CHARS = 4096
+MAX_LABEL_CHARS = 256
+MAX_EVIDENCE_ITEMS = 64
+MAX_EVIDENCE_CELLS = 16384
+MAX_SUBJECTS_PER_RULE = 16384
+MAX_REPORT_CHARS = 64 << 20
+
+# Causes of unknown findings the engine itself gives (the others name a probe: "nvml: timeout").
+TIMEOUT_CAUSE = "engine: timeout"
+LIMIT_CAUSE = "engine: limit"
+
+
+def cut_marker(more: int) -> str:
+    """What replaces the end of a text that was cut: how many characters are not shown."""
+    return f" … [cut: {more} more characters]"
+
+
+def cut_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and a :func:`cut_marker`."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + cut_marker(len(text) - limit)
+
+
+# Room a cut marker takes past the limit: a text that long was cut already (a rendered message).
+MARKER_ROOM = 64
+
+
+def _bound(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    return text if len(text) <= limit + MARKER_ROOM else cut_text(text, limit)
 
 
 class Status(str, Enum):
@@ -63,6 +117,19 @@ class Subject:
 HOST = Subject("host", "host")
 
 
+def bounded_subject(subject: Subject) -> Subject:
+    """The subject with a label, bus id and uuid of at most MAX_LABEL_CHARS (they come from the facts)."""
+    texts = (subject.label, subject.bus_id or "", subject.uuid or "")
+    if all(len(t) <= MAX_LABEL_CHARS + MARKER_ROOM for t in texts):
+        return subject
+    return dataclasses.replace(
+        subject,
+        label=_bound(subject.label, MAX_LABEL_CHARS),
+        bus_id=_bound(subject.bus_id, MAX_LABEL_CHARS) if subject.bus_id is not None else None,
+        uuid=_bound(subject.uuid, MAX_LABEL_CHARS) if subject.uuid is not None else None,
+    )
+
+
 @dataclass
 class Finding:
     rule_id: str
@@ -97,6 +164,120 @@ class Finding:
             "detail": self.detail,
             "docs": self.docs,
         }
+
+
+def _value_cost(value: Any, limit: int) -> int:
+    """Items and string characters in an evidence value, counted until past ``limit``."""
+    total = 0
+    stack = [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += 1 + len(item)
+        elif isinstance(item, (list, tuple)):
+            total += 1
+            stack.extend(item)
+        else:
+            total += 1
+    return total
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _bounded_value(value: Any, room: int, depth: int = 0) -> tuple[Any, int]:
+    """An evidence value cut to about ``room`` items and characters, and what it costs."""
+    from .facts import Unavailable
+
+    if type(value) in _SCALARS:
+        return value, 1
+    if isinstance(value, str):
+        text = cut_text(value, min(MAX_TEXT_CHARS, max(room, 0)))
+        return text, 1 + len(text)
+    if isinstance(value, Unavailable):
+        if len(value.detail) > MAX_TEXT_CHARS:
+            value = Unavailable(value.reason, cut_text(value.detail))
+        return value, 1 + len(value.detail)
+    if isinstance(value, (list, tuple)):
+        cost = _value_cost(value, room)
+        if cost <= room:
+            return value, cost
+        out: list[Any] = []
+        used = 1
+        for i, item in enumerate(value):
+            if used >= room or depth >= 16:
+                out.append(f"… [cut: {len(value) - i} more items]")
+                used += 32
+                break
+            part, spent = _bounded_value(item, room - used, depth + 1)
+            out.append(part)
+            used += spent
+        return (out if isinstance(value, list) else tuple(out)), used
+    return value, 1
+
+
+def bounded_evidence(evidence: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], int]:
+    """Evidence cut to MAX_EVIDENCE_ITEMS facts of bounded size, and the text it costs."""
+    out: list[tuple[str, Any]] = []
+    cost = 0
+    for path, value in evidence[:MAX_EVIDENCE_ITEMS]:
+        if len(path) > MAX_LABEL_CHARS + MARKER_ROOM:
+            path = cut_text(path, MAX_LABEL_CHARS)
+        kind = type(value)
+        if kind in _SCALARS:  # most facts: nothing to cut
+            spent = 1
+        elif kind is str and len(value) <= MAX_TEXT_CHARS + MARKER_ROOM:
+            spent = 1 + len(value)
+        else:
+            value, spent = _bounded_value(value, MAX_EVIDENCE_CELLS)
+        out.append((path, value))
+        cost += len(path) + spent
+    if len(evidence) > MAX_EVIDENCE_ITEMS:
+        out.append(("…", f"[cut: {len(evidence) - MAX_EVIDENCE_ITEMS} more facts read]"))
+        cost += 40
+    return out, cost
+
+
+class ReportBudget:
+    """The text all findings of one run may hold together (MAX_REPORT_CHARS); see the module docstring."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_REPORT_CHARS if limit is None else limit
+        self.left = self.limit
+        self.cut = 0  # findings whose text was dropped
+
+    def admit(self, finding: Finding) -> Finding:
+        """The finding with every text bounded, or, once the budget is spent, with its text dropped."""
+        f = finding
+        f.subject = bounded_subject(f.subject)
+        if len(f.title) > MAX_LABEL_CHARS or len(f.cause) > MAX_LABEL_CHARS:
+            f.title = _bound(f.title, MAX_LABEL_CHARS)
+            f.cause = _bound(f.cause, MAX_LABEL_CHARS)
+        if max(len(f.message), len(f.fix), len(f.detail), len(f.docs)) > MAX_TEXT_CHARS:
+            f.message = _bound(f.message)
+            f.fix = _bound(f.fix)
+            f.detail = _bound(f.detail)
+            f.docs = _bound(f.docs)
+        f.evidence, evidence_cost = bounded_evidence(f.evidence)
+        cost = (
+            len(f.title)
+            + len(f.cause)
+            + len(f.message)
+            + len(f.fix)
+            + len(f.detail)
+            + len(f.docs)
+            + len(f.subject.label)
+            + evidence_cost
+        )
+        if cost <= self.left:
+            self.left -= cost
+            return f
+        self.left = 0
+        self.cut += 1
+        f.message = f"[cut: the findings of this run reached their limit of {self.limit} characters of text]"
+        f.fix = f.detail = f.docs = ""
+        f.evidence = []
+        return f
 
 
 @dataclass

@@ -16,6 +16,19 @@ language at load time:
 At run time a fact path that resolves to an unavailable fact raises
 :class:`FactUnavailable`; the runner turns that into an "unknown" result.
 Every leaf read is recorded as evidence.
+
+Within one run of the rules (a :class:`RunCache`), what does not depend on the subject is worked
+out once: a sub-expression that does not name the subject variable (``gpu``, ``node``, ``nic``),
+e.g. ``max(values_of(gpus, "nvlink_active"))`` in a GPU rule, is remembered with the facts it
+read (replayed as evidence on each later use), and a helper call over the run's ``gpus`` list
+with otherwise plain arguments is remembered by the list's identity and the arguments. So the
+work per GPU subject does not grow with the number of GPUs. The run's deadline is checked every
+few hundred nodes evaluated (:class:`DeadlineExceeded`).
+
+Rendered templates are bounded while they render (``Template.render``: at most
+findings.MAX_TEXT_CHARS characters, then a ``' … [cut: N more characters]'`` marker): each
+interpolated value is written only as far as there is room and the rest is only counted, and a
+format spec's width and precision are at most two digits, checked at load and again at render.
 """
 
 from __future__ import annotations
@@ -25,12 +38,15 @@ import difflib
 import re
 import string
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from packaging.version import Version
 from simpleeval import DEFAULT_OPERATORS, EvalWithCompoundTypes, InvalidExpression, IterableTooLong
 
 from ..facts import Unavailable
+from ..findings import MAX_TEXT_CHARS, cut_marker
 from . import factpaths
 from .helpers import FUNCTIONS
 
@@ -87,6 +103,15 @@ ALLOWED_NODES: tuple[type, ...] = (
 
 # Format specs allowed in message placeholders: alignment, a small width, precision, a type.
 FORMAT_SPEC = re.compile(r"^[<>^]?\d{0,2}(\.\d{1,2})?[dfsx%]?$")
+_SPEC_PARTS = re.compile(r"^([<>^]?)(\d{0,2})(?:\.(\d{1,2}))?([dfsx%]?)$")
+
+# The names a rule's subject is bound to: a sub-expression naming none of them is the same for
+# every subject of a run (see RunCache).
+SUBJECT_NAMES = frozenset({"gpu", "node", "nic"})
+# Nodes worth remembering; names, attributes and constants are cheaper to read again.
+_MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript)
+# How many nodes are evaluated between two looks at the clock.
+_DEADLINE_TICKS = 256
 
 
 class ExpressionError(ValueError):
@@ -95,6 +120,14 @@ class ExpressionError(ValueError):
 
 class LimitExceeded(IterableTooLong):  # type: ignore[misc]
     """An evaluation that would build something too large; the runner reports the rule as broken."""
+
+
+class DeadlineExceeded(Exception):
+    """The run's deadline passed while a rule was evaluated: the runner reports it as unknown (timeout)."""
+
+
+# Not remembered when a sub-expression raises them: they depend on the moment, not on the facts.
+_NOT_REMEMBERED = (DeadlineExceeded, RecursionError, MemoryError)
 
 
 _FLAT_KINDS = frozenset({bool, float, type(None)})
@@ -173,6 +206,102 @@ OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
 OPERATORS[ast.Mod] = _safe_mod
 
 
+class _Discard(list):  # type: ignore[type-arg]
+    """A reads list that keeps nothing: reads through the run's gpus list are no rule's evidence."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+class RunCache:
+    """What the evaluations of one run of the rules share (see the module docstring).
+
+    The runner makes one per run, registers the run's gpus list with :meth:`share` and sets
+    :attr:`reads` to the evidence list of each rule and subject before evaluating it: the facts
+    a remembered sub-expression read are added to it again on each use.
+    """
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline  # a time.monotonic() value, or None
+        self.reads: list[tuple[str, Any]] = []
+        # id(node) -> (node, raised?, value or exception, reads made while evaluating it)
+        self.nodes: dict[int, tuple[ast.AST, bool, Any, tuple[tuple[str, Any], ...]]] = {}
+        # (function, arguments) -> (raised?, value or exception)
+        self.calls: dict[tuple[Any, ...], tuple[bool, Any]] = {}
+        # id -> (value, size) of run-wide values already measured and checked
+        self.known: dict[int, tuple[Any, int]] = {}
+        self.shared: dict[int, Any] = {}  # id -> list whose identity keys remembered calls
+        self._free: dict[int, tuple[ast.AST, frozenset[int]]] = {}
+
+    def share(self, value: list[Any]) -> list[Any]:
+        self.shared[id(value)] = value
+        self.known[id(value)] = (value, value_cells(value, 1 << 62))
+        return value
+
+    def discard(self) -> list[tuple[str, Any]]:
+        """A reads list that records nothing."""
+        return _Discard()
+
+    def free_nodes(self, tree: ast.AST) -> frozenset[int]:
+        """ids of the nodes of ``tree`` worth remembering that name no subject variable."""
+        hit = self._free.get(id(tree))
+        if hit is not None and hit[0] is tree:
+            return hit[1]
+        out: set[int] = set()
+
+        def visit(node: ast.AST) -> bool:  # does it depend on the subject?
+            dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
+            for child in ast.iter_child_nodes(node):
+                dependent = visit(child) or dependent
+            if not dependent and isinstance(node, _MEMO_NODES):
+                out.add(id(node))
+            return dependent
+
+        visit(tree)
+        found = frozenset(out)
+        self._free[id(tree)] = (tree, found)
+        return found
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DeadlineExceeded("the run's deadline passed")
+
+
+_HASHABLE = frozenset({bool, int, float, str, type(None)})
+
+
+def _call_key(name: str, args: Sequence[Any], run: RunCache) -> tuple[Any, ...] | None:
+    """Key of a helper call over a run-wide list with plain other arguments; None for other calls."""
+    key: list[Any] = [name]
+    shared = False
+    for arg in args:
+        kind = type(arg)
+        if kind in _HASHABLE:
+            key.append((kind, arg))
+        elif id(arg) in run.shared and run.shared[id(arg)] is arg:
+            key.append(("shared", id(arg)))
+            shared = True
+        else:
+            return None
+    return tuple(key) if shared else None
+
+
+def _detached(value: Any, run: RunCache) -> bool:
+    """Can the value be handed to another rule's evaluation (it holds no fact view of this one)?"""
+    kind = type(value)
+    if kind in _PLAIN or kind is Version:
+        return True
+    if kind is list or kind is tuple:
+        hit = run.known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return True
+        return set(map(type, value)) <= _PLAIN
+    return False
+
+
 class FactUnavailable(Exception):
     def __init__(self, path: str, unavailable: Unavailable) -> None:
         super().__init__(f"{path}: {unavailable}")
@@ -239,8 +368,18 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         # measured: they are bounded by the snapshot and the rule file they come from).
         self._builds = False
         self.busy = False  # an evaluation is running (see _evaluator_for)
+        self._run: RunCache | None = None  # the run this evaluation belongs to, if any
+        self._free: frozenset[int] = frozenset()  # nodes of the expression worth remembering
+        self._ticks = _DEADLINE_TICKS
 
     def cells(self, value: Any) -> int:
+        run = self._run
+        if run is not None:
+            hit = run.known.get(id(value))
+            if hit is not None and hit[0] is value:
+                if hit[1] > MAX_VALUE_CELLS:
+                    raise _too_big(MAX_VALUE_CELLS)
+                return int(hit[1])
         size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
         if size >= _REMEMBER_FROM:
             self._sizes[id(value)] = (value, size)
@@ -251,11 +390,48 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
         if self._builds:
             self.cells(item)
+        run = self._run
+        if run is not None and type(item) in (list, tuple):
+            hit = run.known.get(id(item))
+            if hit is not None and hit[0] is item:
+                return  # checked when the run first made it (the gpus list, a remembered result)
         if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= _PLAIN:
             return  # nothing in a flat list of plain values can be a module or a function
         super()._check_disallowed_items(item)
 
     def _eval(self, node: ast.AST) -> Any:
+        run = self._run
+        if run is None:
+            return self._eval_node(node)
+        self._ticks -= 1
+        if self._ticks <= 0:
+            self._ticks = _DEADLINE_TICKS
+            run.check_deadline()
+        if id(node) not in self._free:
+            return self._eval_node(node)
+        hit = run.nodes.get(id(node))
+        if hit is not None and hit[0] is node:
+            _, raised, value, reads = hit
+            if reads:
+                run.reads.extend(reads)
+            if raised:
+                raise value.with_traceback(None)
+            return value
+        start = len(run.reads)
+        try:
+            value = self._eval_node(node)
+        except _NOT_REMEMBERED:
+            raise
+        except Exception as exc:
+            run.nodes[id(node)] = (node, True, exc, tuple(run.reads[start:]))
+            raise
+        if _detached(value, run):
+            run.nodes[id(node)] = (node, False, value, tuple(run.reads[start:]))
+            if type(value) in (list, tuple) and id(value) not in run.known:
+                run.known[id(value)] = (value, self.cells(value))
+        return value
+
+    def _eval_node(self, node: ast.AST) -> Any:
         outer, self._builds = self._builds, isinstance(node, (ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call))
         try:
             value = super()._eval(node)  # (children set and restore the flag before this node's check)
@@ -306,7 +482,35 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                     return False
                 return exc.unavailable.reason != "not_supported"
             return True
-        return super()._eval_call(node)
+        run = self._run
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        func = self.functions.get(name) if name else None
+        if run is None or func is None or node.keywords:
+            return super()._eval_call(node)
+        args = [self._eval(arg) for arg in node.args]
+        key = _call_key(name, args, run)
+        if key is None:
+            return func(*args)
+        hit = run.calls.get(key)
+        if hit is not None:
+            raised, value = hit
+            if raised:
+                raise value.with_traceback(None)
+            return value
+        try:
+            value = func(*args)
+            if type(value) in (list, tuple):
+                # measured and checked once, here (a value too large is an error each time after)
+                size = self.cells(value)
+                super()._check_disallowed_items(value)
+                run.known[id(value)] = (value, size)
+        except _NOT_REMEMBERED:
+            raise
+        except Exception as exc:
+            run.calls[key] = (True, exc)
+            raise
+        run.calls[key] = (False, value)
+        return value
 
     def _eval_attribute(self, node: ast.Attribute) -> Any:
         base = self._eval(node.value)
@@ -323,18 +527,24 @@ class Expression:
     tree: ast.AST
     paths: tuple[str, ...]
 
-    def evaluate(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> Any:
+    def evaluate(
+        self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
+    ) -> Any:
+        """The expression's value; ``run``: what this run of the rules shares (see RunCache)."""
         evaluator = _evaluator_for(functions)
         if evaluator is None:  # in use further up this thread's stack: a fresh one
             evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
         evaluator.names = dict(names)
         evaluator._sizes = {}
         evaluator._builds = False
+        evaluator._run = run
+        evaluator._free = run.free_nodes(self.tree) if run is not None else frozenset()
         evaluator.busy = True
         try:
             return evaluator.eval(self.source, previously_parsed=self.tree)
         finally:
             evaluator.busy = False
+            evaluator._run = None
 
 
 # One evaluator per thread and function table, reused from one evaluation to the next: building
@@ -463,34 +673,155 @@ class Template:
     source: str
     parts: tuple[tuple[str, Expression | None, str], ...]
 
-    def render(self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]]) -> str:
-        out: list[str] = []
+    def render(
+        self,
+        names: Mapping[str, Any],
+        functions: Mapping[str, Callable[..., Any]],
+        run: RunCache | None = None,
+        limit: int = MAX_TEXT_CHARS,
+    ) -> str:
+        """The text, at most ``limit`` characters and a cut marker saying how many more there were.
+
+        Nothing longer is built on the way: each literal and value is written only as far as
+        there is room, and past that only its length is counted."""
+        out = _Writer(limit)
         for literal, expr, spec in self.parts:
-            out.append(literal)
+            out.write(literal)
             if expr is None:
                 continue
             try:
-                value = expr.evaluate(names, functions)
+                value = expr.evaluate(names, functions, run)
             except FactUnavailable:
-                out.append("unknown")
+                out.write("unknown")
                 continue
-            out.append(format_value(value, spec))
-        return "".join(out)
+            _format_into(out, value, spec, 0)
+        return out.text()
 
 
-def format_value(value: Any, spec: str = "") -> str:
+class _Writer:
+    """Text written up to a limit; past it, only counted."""
+
+    __slots__ = ("parts", "room", "over")
+
+    def __init__(self, limit: int) -> None:
+        self.parts: list[str] = []
+        self.room = max(limit, 0)
+        self.over = 0
+
+    def write(self, text: str) -> None:
+        size = len(text)
+        if size <= self.room:
+            self.parts.append(text)
+            self.room -= size
+        else:
+            if self.room:
+                self.parts.append(text[: self.room])
+            self.over += size - self.room
+            self.room = 0
+
+    def text(self) -> str:
+        body = "".join(self.parts)
+        return body + cut_marker(self.over) if self.over else body
+
+
+# Deeper than this, a nested list in a message is shown as "…" (facts and tables are at most
+# 64 levels deep, so only a value built through the Python API gets there).
+_MAX_FORMAT_DEPTH = 100
+
+
+def format_value(value: Any, spec: str = "", limit: int = MAX_TEXT_CHARS) -> str:
+    """A value as a message shows it (lists joined by ", ", yes/no, none), at most ``limit``
+    characters and a cut marker. A spec outside FORMAT_SPEC's grammar is ignored."""
+    out = _Writer(limit)
+    _format_into(out, value, spec, 0)
+    return out.text()
+
+
+def _format_into(out: _Writer, value: Any, spec: str, depth: int) -> None:
     if isinstance(value, bool):
-        return "yes" if value else "no"
-    if value is None:
-        return "none"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(format_value(v) for v in value)
-    if spec:
-        try:
-            return format(value, spec)
-        except (ValueError, TypeError):
-            return str(value)
-    return str(value)
+        out.write("yes" if value else "no")
+    elif value is None:
+        out.write("none")
+    elif isinstance(value, (list, tuple)):
+        if depth >= _MAX_FORMAT_DEPTH:
+            out.write("…")
+            return
+        for i, item in enumerate(value):
+            if i:
+                out.write(", ")
+            _format_into(out, item, "", depth + 1)
+    elif isinstance(value, str):
+        _format_str(out, value, spec)
+    elif isinstance(value, (int, float)):
+        if spec and _SPEC_PARTS.match(spec):
+            try:
+                out.write(format(value, spec))  # width and precision < 100: a short text
+                return
+            except (ValueError, TypeError):
+                pass
+        out.write(_number_text(value))
+    elif isinstance(value, Mapping) and not isinstance(value, FactView):
+        _repr_into(out, value, depth)
+    else:
+        out.write(str(value))
+
+
+def _number_text(value: int | float) -> str:
+    try:
+        return str(value)
+    except ValueError:  # an int past Python's int_max_str_digits
+        return f"<a {value.bit_length()}-bit integer>" if isinstance(value, int) else "<a number>"
+
+
+def _format_str(out: _Writer, text: str, spec: str) -> None:
+    """format(text, spec), written without building more than the spec's width or precision."""
+    parts = _SPEC_PARTS.match(spec) if spec else None
+    if parts is None:
+        out.write(text)
+        return
+    try:
+        format("", spec)  # the same spec error a longer text would give
+    except (ValueError, TypeError):
+        out.write(text)
+        return
+    width, precision = parts.group(2), parts.group(3)
+    if precision:
+        out.write(format(text[: int(precision)], spec))
+    elif width and len(text) < int(width):
+        out.write(format(text, spec))
+    else:
+        out.write(text)
+
+
+def _repr_into(out: _Writer, value: Any, depth: int) -> None:
+    """repr() of a table row (a dict of lists, strings, numbers), written as far as there is room."""
+    if depth >= _MAX_FORMAT_DEPTH:
+        out.write("…")
+    elif isinstance(value, Mapping):
+        out.write("{")
+        for i, (key, item) in enumerate(value.items()):
+            if i:
+                out.write(", ")
+            _repr_into(out, key, depth + 1)
+            out.write(": ")
+            _repr_into(out, item, depth + 1)
+        out.write("}")
+    elif isinstance(value, list):
+        out.write("[")
+        for i, item in enumerate(value):
+            if i:
+                out.write(", ")
+            _repr_into(out, item, depth + 1)
+        out.write("]")
+    elif isinstance(value, str) and len(value) > out.room + 2:
+        # repr() of the part that fits; the rest is counted as it is (escapes not counted)
+        room = out.room
+        out.write(repr(value[:room])[:room])
+        out.over += len(value) + 2 - room
+    elif isinstance(value, int) and not isinstance(value, bool):
+        out.write(_number_text(value))
+    else:
+        out.write(repr(value))
 
 
 def compile_template(source: str, roots: Mapping[str, Any]) -> Template:

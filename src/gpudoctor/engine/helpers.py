@@ -4,6 +4,13 @@ Each is small, pure and total over the values facts can hold; bad input
 raises ValueError/TypeError, which the runner reports as a rule error.
 Functions that need the run's data tables or facts are bound per run by
 :func:`bind`.
+
+Numbers in strings: facts are untrusted, and Python refuses to convert a decimal string of
+more than 4300 digits to an int (and takes quadratic time below that). No helper hands such a
+string to int(): a version component, a compute capability or an architecture number longer
+than MAX_NUMBER_DIGITS digits is a ValueError saying so, an index in CUDA_VISIBLE_DEVICES or
+HIP_VISIBLE_DEVICES that long is simply out of range, and values quoted in error messages are
+cut (see _shown), so an error's text does not grow with the fact.
 """
 
 from __future__ import annotations
@@ -15,6 +22,33 @@ from packaging.version import InvalidVersion, Version
 
 _VERSION_HEAD = re.compile(r"\d+(?:\.\d+)*")
 
+# Digits a number in a fact string may have for a helper to convert it (2**64 has 20).
+MAX_NUMBER_DIGITS = 40
+# Dotted parts a version may have ("580.65.06" has 3).
+MAX_VERSION_PARTS = 16
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """repr() of a value for an error message, cut to about ``limit`` characters."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}… ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except ValueError:  # an int past int_max_str_digits
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 2 * limit else text[: 2 * limit] + "…"
+
+
+def _small_int(text: str, what: str, base: int = 10) -> int:
+    """int(text, base), refusing more than MAX_NUMBER_DIGITS digits with a clear ValueError."""
+    digits = text.strip().lstrip("+-")
+    if len(digits) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"{what} {_shown(text)} has {len(digits)} digits, more than {MAX_NUMBER_DIGITS}")
+    try:
+        return int(text, base)
+    except ValueError:
+        raise ValueError(f"{what} {_shown(text)} is not a number") from None
+
 
 def version(text: Any) -> Version:
     """Leading dotted number of a version string: "580.65.06" → 580.65.6; "6.8.0-45-generic" → 6.8.0."""
@@ -24,11 +58,17 @@ def version(text: Any) -> Version:
         raise TypeError(f"version() needs a string, got {type(text).__name__}")
     match = _VERSION_HEAD.search(text)
     if not match:
-        raise ValueError(f"no version number in {text!r}")
+        raise ValueError(f"no version number in {_shown(text)}")
+    parts = match.group(0).split(".")
+    if len(parts) > MAX_VERSION_PARTS:
+        raise ValueError(f"bad version {_shown(text)}: more than {MAX_VERSION_PARTS} dotted parts")
+    longest = max(map(len, parts))
+    if longest > MAX_NUMBER_DIGITS:
+        raise ValueError(f"bad version {_shown(text)}: a part with {longest} digits (at most {MAX_NUMBER_DIGITS})")
     try:
         return Version(match.group(0))
-    except InvalidVersion:
-        raise ValueError(f"bad version {text!r}") from None
+    except (InvalidVersion, ValueError):
+        raise ValueError(f"bad version {_shown(text)}") from None
 
 
 def major(text: Any) -> int:
@@ -42,9 +82,16 @@ def minor_version(text: Any) -> str:
     return f"{v.major}.{v.minor}"
 
 
-def has_bits(value: int, mask: int) -> bool:
+def _as_int(value: Any, what: str) -> int:
+    """int(value) of a number or a number's string, refusing a string too long to convert."""
+    if isinstance(value, str):
+        return _small_int(value, what)
+    return int(value)
+
+
+def has_bits(value: Any, mask: Any) -> bool:
     """True when any bit of mask is set in value."""
-    return bool(int(value) & int(mask))
+    return bool(_as_int(value, "has_bits() value") & _as_int(mask, "has_bits() mask"))
 
 
 def intersect(a: Iterable[Any], b: Iterable[Any]) -> list[Any]:
@@ -67,6 +114,8 @@ def cpulist(cpus: Iterable[int]) -> str:
 
 def gib(value: float) -> float:
     """Bytes to GiB."""
+    if isinstance(value, str) and len(value.strip()) > 100:
+        raise ValueError(f"gib() of {_shown(value)}: not a number of bytes")
     return float(value) / (1 << 30)
 
 
@@ -85,12 +134,15 @@ def lower(text: str) -> str:
 
 def _cc_tuple(cc: str) -> tuple[int, int]:
     major_s, _, minor_s = str(cc).partition(".")
-    return int(major_s), int(minor_s or 0)
+    return _small_int(major_s, "compute capability"), _small_int(minor_s or "0", "compute capability")
+
+
+_ARCH = re.compile(rf"(sm|compute)_(\d{{1,{MAX_NUMBER_DIGITS}}})([a-z]?)")
 
 
 def _arch_tuple(arch: str) -> tuple[str, int, int] | None:
     """ "sm_90" → ("sm", 9, 0); "compute_90" → ("compute", 9, 0); "sm_100a"/"sm_90a" keep the base arch."""
-    m = re.fullmatch(r"(sm|compute)_(\d+)([a-z]?)", arch.strip())
+    m = _ARCH.fullmatch(arch.strip())
     if not m:
         return None
     digits = m.group(2)
@@ -196,8 +248,8 @@ def cuda_visible_count(value: Any, gpus: list[Any]) -> int:
         if not entry:
             break
         if entry.isdecimal():
-            if int(entry) >= len(nvidia):
-                break
+            if len(entry) > MAX_NUMBER_DIGITS or int(entry) >= len(nvidia):
+                break  # an index that long is past the last GPU (and too long for int())
             key = f"index:{int(entry)}"
         elif entry.startswith("GPU-"):
             matches = [u for u in uuids if u.startswith(entry)] if uuids else [entry]
@@ -234,16 +286,20 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         if entry == "":
             return f"entry {position + 1} is empty"
         if entry in seen:
-            return f"{entry} is listed twice"
+            return f"{_cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
+            if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
+                if entry.startswith("-"):
+                    return f"{_cut(entry)} is negative"
+                return f"index {_cut(entry)} does not exist: this host has {count} AMD GPU(s) (0-{max(count - 1, 0)})"
             idx = int(entry)
             if idx < 0:
                 return f"{entry} is negative"
             if idx >= count:
                 return f"index {idx} does not exist: this host has {count} AMD GPU(s) (0-{max(count - 1, 0)})"
         elif not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
-            return f"{entry!r} is neither an index nor a GPU- UUID"
+            return f"{_shown(entry)} is neither an index nor a GPU- UUID"
     return ""
 
 
@@ -325,9 +381,15 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
         if entry == "" or entry in ("NoDevFiles",):
             return f"entry {position + 1} is empty"
         if entry in seen:
-            return f"{entry} is listed twice"
+            return f"{_cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
+            if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
+                if entry.startswith("-"):
+                    return f"{_cut(entry)} is negative: CUDA ignores it and every entry after it"
+                return (
+                    f"index {_cut(entry)} does not exist: this host has {count} NVIDIA GPU(s) (0-{max(count - 1, 0)})"
+                )
             idx = int(entry)
             if idx < 0:
                 return f"{entry} is negative: CUDA ignores it and every entry after it"
@@ -337,12 +399,17 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
             if entry.startswith("GPU-") and uuids:
                 matches = [u for u in uuids if u.startswith(entry)]
                 if not matches:
-                    return f"{entry} matches no GPU UUID on this host"
+                    return f"{_cut(entry)} matches no GPU UUID on this host"
                 if len(matches) > 1:
-                    return f"{entry} is a prefix of several GPU UUIDs"
+                    return f"{_cut(entry)} is a prefix of several GPU UUIDs"
         else:
-            return f"{entry!r} is neither an index nor a GPU-/MIG- UUID"
+            return f"{_shown(entry)} is neither an index nor a GPU-/MIG- UUID"
     return ""
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """A fact's text for a message, cut to ``limit`` characters (the rest counted)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _get(view: Any, name: str) -> Any:
@@ -391,8 +458,11 @@ def _int(value: Any, *base: Any) -> int:
     """int(), refusing long digit strings (converting them is quadratic on Pythons without
     the int_max_str_digits limit)."""
     if isinstance(value, str) and len(value.strip()) > 100:
-        raise ValueError("int() of a string longer than 100 characters")
-    return int(value, *base)
+        raise ValueError(f"int() of a string longer than 100 characters ({len(value.strip())}): {_shown(value)}")
+    try:
+        return int(value, *base)
+    except ValueError as exc:
+        raise ValueError(f"int() of {_shown(value)}: {str(exc).split(':', 1)[0]}") from None
 
 
 STATIC: dict[str, Callable[..., Any]] = {
@@ -442,34 +512,46 @@ FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 _MISSING = object()
 
 
+def _key_text(key: Any) -> str:
+    """str(key) for a table lookup; an int too long to print is a key no table has."""
+    try:
+        return str(key)
+    except ValueError:  # int_max_str_digits
+        return ""
+
+
 def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
     """All functions, with those needing the run's data tables bound."""
 
     def lookup(table: str, key: Any, field: Any = None, default: Any = _MISSING) -> Any:
         """Row of a data table by key (a field of it when given); default when absent."""
         if table not in tables:
-            raise ValueError(f"no data table {table!r}")
+            raise ValueError(f"no data table {_shown(table)}")
         rows = tables[table]["rows"]
-        row = rows.get(str(key), _MISSING)
+        row = rows.get(_key_text(key), _MISSING)
         if row is _MISSING:
             if default is not _MISSING:
                 return default
-            raise ValueError(f"{key!r} is not in table {table!r}")
+            raise ValueError(f"{_shown(key)} is not in table {table!r}")
         if field is None:
             return row
         if isinstance(row, Mapping) and field in row:
             return row[field]
         if default is not _MISSING:
             return default
-        raise ValueError(f"table {table!r} row {key!r} has no {field!r}")
+        raise ValueError(f"table {table!r} row {_shown(key)} has no {_shown(field)}")
 
     def flag_names(value: int, table: str) -> list[str]:
         """Names of the bits set in value, from a data table of bit → name (unknown bits as hex)."""
+        if table not in tables:
+            raise ValueError(f"no data table {_shown(table)}")
         rows = tables[table]["rows"]
         names = []
-        remaining = int(value)
-        for bit_text, row in sorted(rows.items(), key=lambda kv: int(kv[0], 0)):
-            bit = int(bit_text, 0)
+        remaining = _as_int(value, "flag_names() value")
+        bits = sorted(
+            ((_small_int(str(key), f"table {table!r} bit", 0), row) for key, row in rows.items()), key=lambda b: b[0]
+        )
+        for bit, row in bits:
             if remaining & bit:
                 names.append(row["name"] if isinstance(row, Mapping) else str(row))
                 remaining &= ~bit
@@ -482,8 +564,8 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         "rocm6.3", "gfx") is rows["2.7"]["variants"]["rocm6.3"]["gfx"]. None when the row or any
         step is missing (or null), so a rule can test for it; an unknown table is an error."""
         if table not in tables:
-            raise ValueError(f"no data table {table!r}")
-        node: Any = tables[table]["rows"].get(str(key))
+            raise ValueError(f"no data table {_shown(table)}")
+        node: Any = tables[table]["rows"].get(_key_text(key))
         for name in fields:
             if not isinstance(node, Mapping):
                 return None
@@ -509,14 +591,16 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         device = _get(pci, "device_id") if pci is not None else None
         if isinstance(device, str):
             try:
-                number = int(device, 16)
+                number = _small_int(device, "PCI device id", 16)
             except ValueError:
                 number = -1
             for key, row in tables.get("nvidia_pci_ids", {}).get("rows", {}).items():
                 low, _, high = key.partition("-")
-                if int(low, 16) <= number <= int(high, 16):
+                if _small_int(low, "nvidia_pci_ids key", 16) <= number <= _small_int(high, "nvidia_pci_ids key", 16):
                     return str(row["architecture"])
-            missing = Unavailable("not_found", f"PCI device id {device} is in no range of the nvidia_pci_ids table")
+            missing = Unavailable(
+                "not_found", f"PCI device id {_cut(device)} is in no range of the nvidia_pci_ids table"
+            )
         else:
             missing = Unavailable("not_found", "neither NVML nor the PCI device id tells this GPU's architecture")
         raise FactUnavailable("gpu.architecture", missing)

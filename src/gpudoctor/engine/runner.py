@@ -2,14 +2,38 @@
 
 A rule whose inputs are unavailable is "unknown" (never pass or fail); a
 rule that raises is an "error" finding and the other rules still run.
+
+Cost: the subjects, the view of the ``gpus`` list and the function table are built once per
+run, and what a rule computes independently of its subject is computed once per run
+(expressions.RunCache), so a run is linear in the number of GPUs for the built-in rules.
+
+Deadline: ``run_rules(..., deadline=t)`` (a ``time.monotonic()`` value) stops judging at ``t``:
+every rule and subject not judged by then, including one cut off mid-evaluation, is an
+"unknown" finding with cause ``engine: timeout`` (findings.TIMEOUT_CAUSE). The default,
+``deadline=None``, is no limit.
+
+Size: what findings hold is bounded as findings.py's docstring says (4 KiB per message, fix and
+detail; 64 evidence facts; 16384 subjects per rule; 64 Mi characters for a whole run).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable, Mapping
 
-from ..findings import Finding, Severity, Status, Subject
-from .expressions import FactUnavailable, format_value, section_views, wrap
+from ..findings import (
+    LIMIT_CAUSE,
+    MAX_SUBJECTS_PER_RULE,
+    MAX_TEXT_CHARS,
+    TIMEOUT_CAUSE,
+    Finding,
+    ReportBudget,
+    Severity,
+    Status,
+    Subject,
+    cut_text,
+)
+from .expressions import DeadlineExceeded, FactUnavailable, RunCache, format_value, section_views, wrap
 from .factpaths import SECTIONS
 from .helpers import bind
 from .loader import Rule, RuleSet
@@ -63,6 +87,59 @@ def _dedup(reads: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return list(seen.items())
 
 
+def _describe(exc: BaseException) -> str:
+    """str(exc), bounded, and never raising itself (an exception's text can be anything)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - e.g. a message holding an int past int_max_str_digits
+        text = f"{type(exc).__name__} (its message could not be shown)"
+    return cut_text(text, MAX_TEXT_CHARS // 2)  # room left for where the rule is defined
+
+
+TIMEOUT_MESSAGE = "cannot check: timeout (the run's time limit was reached)"
+TIMEOUT_DETAIL = "the run's deadline passed before this rule was judged for this subject"
+
+
+def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
+    return Finding(
+        rule_id=rule.id,
+        title=rule.title,
+        area=rule.area,
+        severity=rule.severity,
+        status=Status.UNKNOWN,
+        subject=subject,
+        message=TIMEOUT_MESSAGE,
+        docs=rule.docs,
+        detail=TIMEOUT_DETAIL,
+        cause=TIMEOUT_CAUSE,
+    )
+
+
+class _Run:
+    """What one run_rules call builds once and every evaluation shares."""
+
+    def __init__(self, ruleset: RuleSet, facts: Mapping[str, Any], deadline: float | None) -> None:
+        self.facts = facts
+        self.functions = bind(ruleset.tables)
+        self.gpus = gpu_subjects(facts)
+        self.cache = RunCache(deadline)
+        self._gpu_views: list[Any] | None = None
+        self._subjects: dict[str, list[tuple[Subject, dict[str, Any] | None]]] = {}
+
+    def gpu_views(self) -> list[Any]:
+        """The gpus list as rules see it, made once: reads through it are not evidence."""
+        if self._gpu_views is None:
+            discard = self.cache.discard()
+            views = [wrap(g, f"gpus[{i}]", discard) for i, g in enumerate(self.gpus)]
+            self._gpu_views = self.cache.share(views)
+        return self._gpu_views
+
+    def subjects(self, kind: str) -> list[tuple[Subject, dict[str, Any] | None]]:
+        if kind not in self._subjects:
+            self._subjects[kind] = subjects_for(kind, self.facts, self.gpus)
+        return self._subjects[kind]
+
+
 def evaluate_rule(
     rule: Rule,
     subject: Subject,
@@ -70,13 +147,21 @@ def evaluate_rule(
     facts: Mapping[str, Any],
     gpus: list[dict[str, Any]],
     functions: Mapping[str, Any],
+    run: Any = None,
 ) -> Finding:
+    """One rule on one subject. ``run`` (internal to run_rules) shares work between evaluations."""
     reads: list[tuple[str, Any]] = []
+    cache: RunCache | None = run.cache if run is not None else None
+    if cache is not None:
+        cache.reads = reads
     used = rule.names_used  # only what the rule refers to is wrapped: most rules read one or two sections
     names = section_views(facts, [s for s in SECTIONS if s in used], reads)
     if "gpus" in used:
-        gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
-        names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
+        if run is not None:
+            names["gpus"] = run.gpu_views()
+        else:
+            gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
+            names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
     variable = SUBJECT_VARIABLE[rule.subject]
     if variable and data is not None:
         names[variable] = wrap(data, variable, reads)
@@ -101,10 +186,14 @@ def evaluate_rule(
             cause=cause,
         )
 
+    def render(template: Any) -> str:
+        text: str = template.render(names, functions, cache)
+        return text
+
     try:
-        if rule.applies is not None and not rule.applies.evaluate(names, functions):
+        if rule.applies is not None and not rule.applies.evaluate(names, functions, cache):
             return finding(Status.SKIP, "does not apply")
-        failed = bool(rule.fail_if.evaluate(names, functions))
+        failed = bool(rule.fail_if.evaluate(names, functions, cache))
         evidence_end.append(len(reads))
     except FactUnavailable as exc:
         u = exc.unavailable
@@ -114,32 +203,104 @@ def evaluate_rule(
             detail=u.detail,
             cause=f"{source_of(exc.path)}: {u.reason}",
         )
+    except DeadlineExceeded:
+        return finding(Status.UNKNOWN, TIMEOUT_MESSAGE, detail=TIMEOUT_DETAIL, cause=TIMEOUT_CAUSE)
     except Exception as exc:  # a broken rule must not stop the others
         return finding(
             Status.ERROR,
             f"rule {rule.id} broke: {type(exc).__name__}",
-            detail=f"{exc} (rule defined at {rule.source}:{rule.line})",
+            detail=f"{_describe(exc)} (rule defined at {rule.source}:{rule.line})",
         )
     try:
         if failed:
-            return finding(Status.FAIL, rule.message.render(names, functions), rule.fix.render(names, functions))
-        message = rule.pass_message.render(names, functions) if rule.pass_message else rule.title
+            return finding(Status.FAIL, render(rule.message), render(rule.fix))
+        message = render(rule.pass_message) if rule.pass_message else rule.title
         return finding(Status.PASS, message)
+    except DeadlineExceeded:
+        return finding(Status.UNKNOWN, TIMEOUT_MESSAGE, detail=TIMEOUT_DETAIL, cause=TIMEOUT_CAUSE)
     except Exception as exc:
         return finding(
             Status.ERROR,
             f"rule {rule.id} broke rendering its message: {type(exc).__name__}",
-            detail=f"{exc} (rule defined at {rule.source}:{rule.line})",
+            detail=f"{_describe(exc)} (rule defined at {rule.source}:{rule.line})",
         )
 
 
-def run_rules(ruleset: RuleSet, facts: Mapping[str, Any], rules: Iterable[Rule] | None = None) -> list[Finding]:
-    functions = bind(ruleset.tables)
-    gpus = gpu_subjects(facts)
+def _broken(rule: Rule, subject: Subject, exc: BaseException) -> Finding:
+    """The finding for a rule whose evaluation failed outside the guarded expressions."""
+    return Finding(
+        rule_id=rule.id,
+        title=rule.title,
+        area=rule.area,
+        severity=rule.severity,
+        status=Status.ERROR,
+        subject=subject,
+        message=f"rule {rule.id} broke: {type(exc).__name__}",
+        docs=rule.docs,
+        detail=f"{_describe(exc)} (rule defined at {rule.source}:{rule.line})",
+    )
+
+
+def _left_out(rule: Rule, kind: str, count: int) -> Finding:
+    return Finding(
+        rule_id=rule.id,
+        title=rule.title,
+        area=rule.area,
+        severity=rule.severity,
+        status=Status.UNKNOWN,
+        subject=Subject(kind, f"{count} more {kind} subjects"),
+        message=f"cannot check: {count} more subjects than the {MAX_SUBJECTS_PER_RULE} a rule judges in one run",
+        docs=rule.docs,
+        detail=f"a rule judges at most {MAX_SUBJECTS_PER_RULE} subjects per run; these were left out",
+        cause=LIMIT_CAUSE,
+    )
+
+
+# Rules take milliseconds; a run whose probes used its whole budget (a hung NVML, a slow tool)
+# still gets this long to judge what was read, so that PCIe and NUMA are not left unknown. Only
+# a rule set or snapshot built to be slow meets the engine's deadline.
+JUDGING_GRACE_S = 1.0
+
+
+def judging_deadline(run_deadline: float) -> float:
+    """The engine's deadline for a run that had until ``run_deadline`` (time.monotonic())."""
+    return max(run_deadline, time.monotonic() + JUDGING_GRACE_S)
+
+
+def run_rules(
+    ruleset: RuleSet,
+    facts: Mapping[str, Any],
+    rules: Iterable[Rule] | None = None,
+    *,
+    deadline: float | None = None,
+) -> list[Finding]:
+    """Every rule on every subject of its kind, one finding each, in rule order.
+
+    ``deadline``: a ``time.monotonic()`` value; a rule and subject not judged by then is
+    "unknown" with cause ``engine: timeout``. None (the default): no time limit.
+    A rule that breaks, however, is an "error" finding; it never stops the run."""
+    run = _Run(ruleset, facts, deadline)
+    budget = ReportBudget()
     findings: list[Finding] = []
     for rule in rules if rules is not None else ruleset.rules:
-        for subject, data in subjects_for(rule.subject, facts, gpus):
-            findings.append(evaluate_rule(rule, subject, data, facts, gpus, functions))
+        try:
+            subjects = run.subjects(rule.subject)
+        except Exception as exc:  # noqa: BLE001 - a subject kind the facts cannot give
+            findings.append(budget.admit(_broken(rule, Subject(rule.subject, rule.subject), exc)))
+            continue
+        for subject, data in subjects[:MAX_SUBJECTS_PER_RULE]:
+            if deadline is not None and time.monotonic() > deadline:
+                finding = _timeout_finding(rule, subject)
+            else:
+                try:
+                    finding = evaluate_rule(rule, subject, data, facts, run.gpus, run.functions, run)
+                except DeadlineExceeded:
+                    finding = _timeout_finding(rule, subject)
+                except Exception as exc:  # noqa: BLE001 - a rule breaking must never end the run
+                    finding = _broken(rule, subject, exc)
+            findings.append(budget.admit(finding))
+        if len(subjects) > MAX_SUBJECTS_PER_RULE:
+            findings.append(budget.admit(_left_out(rule, rule.subject, len(subjects) - MAX_SUBJECTS_PER_RULE)))
     return findings
 
 

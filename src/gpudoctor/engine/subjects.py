@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..facts import Unavailable
-from ..findings import HOST, Subject
+from ..findings import HOST, Subject, bounded_subject
 from . import factpaths
 
 NVML_REASON = {
@@ -209,12 +209,22 @@ def gpu_subject_ref(subject: Mapping[str, Any]) -> Subject:
 
 def numa_subjects(facts: Mapping[str, Any], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     nodes = _list(_section(facts, "numa").get("nodes"))
+    # GPUs by node once, not a walk of every GPU for each node (both can be thousands)
+    by_node: dict[Any, list[Any]] = {}
+    for g in gpus:
+        node_id = g.get("numa_node")
+        if isinstance(node_id, (int, float)):  # keyed as == compares: 1, 1.0 and True alike
+            by_node.setdefault(node_id, []).append(g["bus_id"])
     out = []
     for node in nodes:
         if not isinstance(node, Mapping):
             continue
         subject = dict(node)
-        subject["gpus"] = [g["bus_id"] for g in gpus if g.get("numa_node") == node.get("id")]
+        node_id = node.get("id")
+        if type(node_id) is int:
+            subject["gpus"] = list(by_node.get(node_id, ()))
+        else:  # an id that is no int (a float, a string): compared as before
+            subject["gpus"] = [g["bus_id"] for g in gpus if g.get("numa_node") == node_id]
         out.append(subject)
     return out
 
@@ -234,15 +244,19 @@ def subjects_for(
     if kind == "host":
         return [(HOST, None)]
     if kind == "gpu":
-        return [(gpu_subject_ref(g), g) for g in gpus]
+        return [(bounded_subject(gpu_subject_ref(g)), g) for g in gpus]
     if kind == "numa_node":
-        return [(Subject("numa_node", f"node {n.get('id')}", index=n.get("id")), n) for n in numa_subjects(facts, gpus)]
+        return [
+            (bounded_subject(Subject("numa_node", f"node {n.get('id')}", index=n.get("id"))), n)
+            for n in numa_subjects(facts, gpus)
+        ]
     if kind == "nic":
         refs: list[tuple[Subject, dict[str, Any] | None]] = []
         for n in nic_subjects(facts):
             rdma = n.get("rdma_devices")
             name = rdma[0] if isinstance(rdma, list) and rdma else "NIC"
-            refs.append((Subject("nic", f"{name} ({n.get('bus_id')})", bus_id=n.get("bus_id")), n))
+            ref = Subject("nic", f"{name} ({n.get('bus_id')})", bus_id=n.get("bus_id"))
+            refs.append((bounded_subject(ref), n))
         return refs
     raise KeyError(kind)
 

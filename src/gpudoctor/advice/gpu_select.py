@@ -22,6 +22,7 @@ the safe form for CUDA_VISIBLE_DEVICES.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +31,13 @@ from ..findings import Finding, Severity, Status
 
 GIB = 1 << 30
 IDLE_UTILISATION_PCT = 5
+# Facts are input from whoever wrote the snapshot: memory figures are used only in [0, MAX_BYTES)
+# (past 1e308 a division by GIB overflows), and a UUID is printed only when it looks like one, as
+# `CUDA_VISIBLE_DEVICES=$(gpudoctor select --uuid)` takes the output whole: a comma, space or
+# line break in it would change what the job sees.
+MAX_BYTES = 1 << 64
+_UUID_RE = re.compile(r"GPU-[0-9A-Za-z][0-9A-Za-z-]{0,79}")
+_INDEX_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only, short enough for int()
 
 
 @dataclass
@@ -82,7 +90,7 @@ def _visible(env: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> tuple
     allowed: set[str] = set()
     for entry in (e.strip() for e in raw.split(",")):
         if entry.isascii() and entry.isdigit():
-            match = [g for g in gpus if g.get("index") == int(entry)]
+            match = [g for g in gpus if g.get("index") == int(entry)] if _INDEX_RE.fullmatch(entry) else []
         elif entry.startswith("GPU-"):
             match = [g for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"].startswith(entry)]
         elif entry.startswith("MIG-"):
@@ -132,6 +140,8 @@ def plan(
         elif not isinstance(total, int) or not isinstance(used, int):
             reason = next((v.reason for v in (total, used) if isinstance(v, Unavailable)), "unknown")
             why = f"memory unknown ({reason})"
+        elif not (0 <= used <= total < MAX_BYTES):
+            why = "memory unknown (NVML's total and used figures are impossible)"
         elif g.get("compute_mode") == "prohibited":
             why = "compute mode prohibited"
         elif g.get("compute_mode") == "exclusive_process" and (g.get("processes") or 0) > 0:
@@ -144,18 +154,22 @@ def plan(
         assert isinstance(index, int) and isinstance(total, int) and isinstance(used, int)
         numa = g.get("numa_node")
         util, procs = g.get("utilization_gpu_pct"), g.get("processes")
+        uuid = g.get("uuid")
+        if isinstance(uuid, str) and not _UUID_RE.fullmatch(uuid):
+            result.notes.append(f"{label}: its UUID in the facts is not a GPU UUID; its index is used instead")
+            uuid = None
         result.eligible.append(
             Candidate(
                 index=index,
-                uuid=g["uuid"] if isinstance(g.get("uuid"), str) else None,
+                uuid=uuid if isinstance(uuid, str) else None,
                 bus_id=str(bus),
                 label=label,
                 name=str(g.get("name")) if isinstance(g.get("name"), str) else "GPU",
                 free_bytes=total - used,
                 total_bytes=total,
-                utilization_pct=util if isinstance(util, int) else None,
-                processes=procs if isinstance(procs, int) else None,
-                numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
+                utilization_pct=util if isinstance(util, int) and 0 <= util <= 100 else None,
+                processes=procs if isinstance(procs, int) and 0 <= procs < 1 << 32 else None,
+                numa_node=numa if isinstance(numa, int) and 0 <= numa < 1 << 22 else None,
             )
         )
     islands = nvlink_islands(gpus)

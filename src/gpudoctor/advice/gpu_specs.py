@@ -39,7 +39,7 @@ def _load(path: str) -> dict[str, Any]:
     from ..schemas import validate
 
     try:
-        data = read_yaml(Path(path))
+        data = read_yaml(Path(path), "data table")
     except RuleLoadError as exc:
         raise SpecTableError(str(exc)) from None
     if isinstance(data, dict) and not isinstance(data.get("retrieved"), str) and data.get("retrieved") is not None:

@@ -32,11 +32,13 @@ does, an entry that names no GPU hides it and every entry after it.
 
 from __future__ import annotations
 
-import shlex
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .fix_list import shell_command
 from .numa_topology import (
+    MAX_BYTES,
     AllowedSet,
     GpuInfo,
     NicChoice,
@@ -80,7 +82,8 @@ class GpuBinding:
 
     @property
     def command(self) -> str:
-        return shlex.join(self.argv)
+        """The numactl line: shell-quoted words (the options are built from validated ids only)."""
+        return shell_command(self.argv)
 
     @property
     def label(self) -> str:
@@ -180,6 +183,9 @@ def _cuda_order(gpus: list[GpuInfo], device_order: str | None, warnings: list[st
     return ordered
 
 
+_INDEX_RE = re.compile(r"-?[0-9]+")
+
+
 def _visible(
     gpus: list[GpuInfo], value: str | None, device_order: str | None, warnings: list[str], notes: list[str]
 ) -> list[GpuInfo]:
@@ -195,12 +201,15 @@ def _visible(
         entry = raw.strip()
         target: GpuInfo | None = None
         problem = ""
-        if entry.lstrip("-").isascii() and entry.lstrip("-").isdigit():
-            idx = int(entry)
-            if 0 <= idx < len(order):
+        if _INDEX_RE.fullmatch(entry):
+            # ASCII digits only (int() takes other scripts' digits, CUDA does not), and no int()
+            # of a string past any GPU count (int() refuses more than 4300 digits).
+            idx = int(entry) if len(entry) <= 12 else None
+            if idx is not None and 0 <= idx < len(order):
                 target = order[idx]
             else:
-                problem = f"index {idx} names no GPU (this job can see {len(order)})"
+                shown = entry if len(entry) <= 24 else f"{entry[:20]}… ({len(entry)} digits)"
+                problem = f"index {shown} names no GPU (this job can see {len(order)})"
         elif entry.upper().startswith("GPU-") or entry.upper().startswith("MIG-GPU-"):
             prefix = entry[4:] if entry.upper().startswith("MIG-") else entry
             prefix = prefix.split("/", 1)[0].lower()
@@ -382,7 +391,7 @@ def _node_memory_gap(facts: Mapping[str, Any], topo: Topology) -> str:
     host = facts.get("host")
     total = host.get("memory_total_bytes") if isinstance(host, Mapping) else None
     sizes = [n.memory_bytes for n in topo.nodes.values()]
-    if not isinstance(total, int) or total <= 0 or any(s is None for s in sizes):
+    if not isinstance(total, int) or not 0 < total < MAX_BYTES or any(s is None for s in sizes):
         return ""
     summed = sum(s for s in sizes if s is not None)
     if summed >= total // 2:

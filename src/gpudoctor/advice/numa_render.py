@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
+from .fix_list import shell_comment
 from .numa_plan import GIB, STRATEGIES, GpuBinding, NumaPlan, plan_numa
 from .numa_topology import cpulist
 
@@ -86,16 +87,21 @@ def render_json(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
 
 
 def _wrap(prefix: str, text: str, width: int = 100) -> list[str]:
-    words = text.split()
-    lines: list[str] = []
-    current = prefix
-    for word in words:
-        if len(current) + len(word) + 1 > width and current.strip() not in ("#", prefix.strip()):
-            lines.append(current.rstrip())
-            current = "#     " if prefix.startswith("#") else prefix
-        current += ("" if current.endswith(" ") else " ") + word
-    lines.append(current.rstrip())
-    return lines
+    """text on comment lines of about width characters: the first starts with prefix (a "#..."),
+    the others with "#     ". Each line is made by shell_comment, so whatever the facts put in
+    text stays on comment lines (the split on whitespace drops line breaks; shell_comment escapes
+    the control characters left)."""
+    rows: list[tuple[str, list[str]]] = [(prefix if prefix.endswith(" ") else prefix + " ", [])]
+    used = len(rows[0][0])
+    for word in text.split():
+        lead, words = rows[-1]
+        if words and used + len(word) + 1 > width:
+            rows.append(("#     ", []))
+            lead, words = rows[-1]
+            used = len(lead)
+        used += len(word) + (1 if words else 0)
+        words.append(word)
+    return [shell_comment(" ".join(words), lead) for lead, words in rows]
 
 
 def _visibility_line(plan: NumaPlan) -> str:
@@ -138,18 +144,25 @@ def _gpu_detail(b: GpuBinding, plan: NumaPlan) -> str:
 def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
     topo = plan.topology
     nodes = topo.cpu_nodes()
+    # Every comment line goes through shell_comment (directly or by _wrap): hostname, GPU names,
+    # UUIDs, bus ids, NIC names, CUDA_VISIBLE_DEVICES and the facts' own "why unknown" details are
+    # text from the snapshot. The only live lines are the numactl commands (GpuBinding.command).
     lines = [
-        f"# gpudoctor NUMA binding plan · strategy {plan.strategy}{' · --membind' if plan.membind else ''} · "
-        f"{_hostname(facts)} · {len(plan.all_gpus)} GPU(s) · {len(nodes)} NUMA node(s) with CPUs",
+        shell_comment(
+            f"gpudoctor NUMA binding plan · strategy {plan.strategy}{' · --membind' if plan.membind else ''} · "
+            f"{_hostname(facts)} · {len(plan.all_gpus)} GPU(s) · {len(nodes)} NUMA node(s) with CPUs"
+        ),
     ]
     for node in nodes:
         size = f", {node.memory_bytes / GIB:.0f} GiB" if node.memory_bytes is not None else ""
-        lines.append(f"#   node {node.id}: CPUs {cpulist(node.cpus)}{size}")
-    lines.append(f"# GPUs from {plan.gpu_source}; {_visibility_line(plan)}")
+        lines.append(shell_comment(f"node {node.id}: CPUs {cpulist(node.cpus)}{size}", "#   "))
+    lines.append(shell_comment(f"GPUs from {plan.gpu_source}; {_visibility_line(plan)}"))
     allowed = plan.allowed
     total = len(topo.online)
     lines.append(
-        f"# CPUs this process may use: {cpulist(allowed.cpus)} ({len(allowed.cpus)} of {total}; {allowed.detail})"
+        shell_comment(
+            f"CPUs this process may use: {cpulist(allowed.cpus)} ({len(allowed.cpus)} of {total}; {allowed.detail})"
+        )
     )
     for warning in plan.warnings:
         lines.extend(_wrap("# WARNING:", warning))
@@ -157,7 +170,7 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
         lines.extend(_wrap("# note:", note))
     for b in plan.bindings:
         lines.append("#")
-        lines.append(f"# {_gpu_head(b)}")
+        lines.append(shell_comment(_gpu_head(b)))
         lines.extend(_wrap("#   ", _gpu_detail(b, plan)))
         if b.nic is not None:
             env = " ".join(f"{k}={v}" for k, v in b.nic.env.items())

@@ -39,8 +39,28 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+# CPU and NUMA node ids from the facts are taken only in [0, MAX_ID) (Linux builds at most 8192
+# CPUs and 1024 nodes into a kernel), memory sizes only in [0, MAX_BYTES): a snapshot or root tree
+# with negative ids or numbers of thousands of digits would otherwise reach numactl options, float
+# division (OverflowError past 1e308) and str() (ValueError past 4300 digits). A value out of range
+# counts as unknown, like a missing one.
+MAX_ID = 1 << 22
+MAX_BYTES = 1 << 64
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _id(value: Any) -> int | None:
+    """A CPU, node, package or GPU index from the facts; None unless an int in [0, MAX_ID)."""
+    number = _int(value)
+    return number if number is not None and 0 <= number < MAX_ID else None
+
+
+def _bytes(value: Any) -> int | None:
+    number = _int(value)
+    return number if number is not None and 0 <= number < MAX_BYTES else None
 
 
 def _str(value: Any) -> str | None:
@@ -48,7 +68,8 @@ def _str(value: Any) -> str | None:
 
 
 def _ints(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    """A list of CPU or node ids; None unless every entry is one (see _id)."""
+    if isinstance(value, list) and all(_id(v) is not None for v in value):
         return list(value)
     return None
 
@@ -95,25 +116,29 @@ class Topology:
         raw_nodes = numa.get("nodes") if numa else None
         if isinstance(raw_nodes, list):
             for entry in raw_nodes:
-                if not isinstance(entry, Mapping) or _int(entry.get("id")) is None:
+                if not isinstance(entry, Mapping) or _id(entry.get("id")) is None:
                     continue
                 cpus = _ints(entry.get("cpus"))
                 self.nodes[int(entry["id"])] = NodeInfo(
-                    int(entry["id"]), frozenset(cpus or []), _int(entry.get("memory_total_bytes"))
+                    int(entry["id"]), frozenset(cpus or []), _bytes(entry.get("memory_total_bytes"))
                 )
         if not self.nodes:
-            self.problem = f"NUMA nodes unknown ({_why(raw_nodes) if raw_nodes is not None else 'no numa section'})"
+            if isinstance(raw_nodes, list) and raw_nodes:
+                why = f"none of the {len(raw_nodes)} entries of numa.nodes has a node id from 0 to {MAX_ID - 1}"
+            else:
+                why = _why(raw_nodes) if raw_nodes is not None else "no numa section"
+            self.problem = f"NUMA nodes unknown ({why})"
         self.cpus: dict[int, CpuInfo] = {}
         raw_cpus = numa.get("cpus") if numa else None
         if isinstance(raw_cpus, list):
             for entry in raw_cpus:
-                if not isinstance(entry, Mapping) or _int(entry.get("id")) is None:
+                if not isinstance(entry, Mapping) or _id(entry.get("id")) is None:
                     continue
                 siblings = _ints(entry.get("siblings"))
                 llc = _ints(entry.get("llc_cpus"))
                 self.cpus[int(entry["id"])] = CpuInfo(
                     int(entry["id"]),
-                    _int(entry.get("package")),
+                    _id(entry.get("package")),
                     tuple(siblings) if siblings else None,
                     tuple(llc) if llc else None,
                 )
@@ -265,7 +290,7 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
             device_id = _str(pci.get("device_id")) if pci else None
             gpus.append(
                 GpuInfo(
-                    index=_int(rec.get("index")),
+                    index=_id(rec.get("index")),
                     bus_id=bus,
                     uuid=_str(rec.get("uuid")),
                     name=_str(rec.get("name")),
@@ -315,9 +340,12 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
 def resolve_node(gpu: GpuInfo, topo: Topology) -> tuple[int | None, str]:
     """(node, how it was found) for a GPU; (None, why not) when it cannot be known."""
     sysfs = gpu.pci_int("numa_node")
-    if sysfs is not None and sysfs >= 0:
+    if sysfs is not None and _id(sysfs) is not None:
         return sysfs, "sysfs numa_node"
-    why_not = "sysfs numa_node is -1" if sysfs is not None else "sysfs numa_node unreadable"
+    if sysfs is None:
+        why_not = "sysfs numa_node unreadable"
+    else:
+        why_not = "sysfs numa_node is -1" if sysfs == -1 else "sysfs numa_node is out of range"
     cpu_nodes = topo.cpu_nodes()
     if gpu.nvml:
         mem = _ints(gpu.nvml.get("memory_affinity"))
@@ -366,8 +394,8 @@ def nics_from_facts(facts: Mapping[str, Any], topo: Topology) -> list[NicInfo]:
         rdma = [r for r in _list(dev.get("rdma_devices")) if isinstance(r, str)]
         if not rdma:
             continue
-        node = _int(dev.get("numa_node"))
-        if (node is None or node < 0) and len(single) == 1:
+        node = _id(dev.get("numa_node"))
+        if node is None and len(single) == 1:
             node = single[0].id
         out.append(
             NicInfo(

@@ -22,19 +22,28 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
 from ..facts import Unavailable
+from .fix_list import shell_command, shell_comment
 
 INDEX_BASE = "https://download.pytorch.org/whl"
 
-_CC_RE = re.compile(r"^\d+\.\d+$")
-_GFX_RE = re.compile(r"^gfx[0-9a-f]{3,5}$")
-_PY_RE = re.compile(r"^(\d+)\.(\d+)")
-_TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+# Each pattern is used with fullmatch (``$`` would let a trailing newline through), names ASCII
+# digits (``\d`` also takes other scripts' digits, which int() accepts and Version() does not) and
+# bounds lengths (int() refuses more than 4300 digits): a version string from the facts or the
+# command line that does not fit is treated as unknown or refused, never parsed further.
+_CC_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_GFX_RE = re.compile(r"gfx[0-9a-f]{3,5}")
+_PY_RE = re.compile(r"([0-9])\.([0-9]{1,3})(?:\.[0-9]{1,4})?(?:(?:a|b|rc)[0-9]{1,4})?\+?")  # 3.12, 3.13.0rc1
+_TORCH_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
+_DRIVER_RE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,8}){0,3}")  # NVIDIA: 570.124.06, 580.65; in facts
+_CLI_DRIVER_RE = re.compile(r"[0-9]{3}(?:\.[0-9]{1,8}){0,2}")  # --driver-version
+_ARCH_RE = re.compile(r"(?:sm|compute)_[0-9]{2,4}[a-z]?")
 
 
 class TorchAdviceError(ValueError):
@@ -103,8 +112,26 @@ def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def _python_minor(text: str) -> str | None:
-    m = _PY_RE.match(text.strip())
+    m = _PY_RE.fullmatch(text.strip())
     return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value from the facts for a message: repr (control characters escaped), cut short when long."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return text[: limit - 1] + "…" + size
+
+
+def driver_version(value: Any) -> str | None:
+    """An NVIDIA driver version from the facts, whitespace trimmed; None unless it is one
+    (digits and dots: 570.124.06), so that no Version() or int() call on it can fail."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    return text if _DRIVER_RE.fullmatch(text) else None
 
 
 def _why_unavailable(value: Any) -> str:
@@ -124,50 +151,86 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
     subjects = gpu_subjects(facts)
     nvidia: list[dict[str, Any]] = []
     amd = 0
+    malformed: list[str] = []
     for s in subjects:
         vendor = s.get("vendor")
         if vendor == "nvidia":
             cc = _known(s.get("compute_capability"))
             name = _known(s.get("name"))
+            good = isinstance(cc, str) and _CC_RE.fullmatch(cc) is not None
+            if isinstance(cc, str) and not good:
+                malformed.append(f"{s.get('label')}: {shown(cc)}")
             nvidia.append(
                 {
                     "label": str(s.get("label")),
                     "name": name if isinstance(name, str) else "NVIDIA GPU",
-                    "cc": cc if isinstance(cc, str) and _CC_RE.match(cc) else None,
+                    "cc": cc if good else None,
                 }
             )
         elif vendor == "amd":
             amd += 1
-    if nvidia and any(g["cc"] is None for g in nvidia) and not o.compute_capabilities and not o.no_gpu:
-        error = str(nvml.get("error", "")).strip()
-        notes.append(
-            f"NVML is not answering ({status}{': ' + error if error else ''}): the compute capability of "
-            f"{sum(1 for g in nvidia if g['cc'] is None)} NVIDIA GPU(s) is unknown, so no wheel's arch list "
-            "can be checked against them; pass --compute-capability X.Y (one per GPU, see "
-            "https://developer.nvidia.com/cuda-gpus)"
-        )
+    if nvidia and not o.compute_capabilities and not o.no_gpu:
+        if malformed:
+            notes.append(
+                f"NVML reported compute capabilities that are not MAJOR.MINOR ({'; '.join(malformed)}): treated "
+                "as unknown; pass --compute-capability X.Y (one per GPU)"
+            )
+        if len(malformed) < sum(1 for g in nvidia if g["cc"] is None):
+            error = str(nvml.get("error", "")).strip()
+            notes.append(
+                f"NVML is not answering ({status}{': ' + error if error else ''}): the compute capability of "
+                f"{sum(1 for g in nvidia if g['cc'] is None) - len(malformed)} NVIDIA GPU(s) is unknown, so no "
+                "wheel's arch list can be checked against them; pass --compute-capability X.Y (one per GPU, see "
+                "https://developer.nvidia.com/cuda-gpus)"
+            )
 
     rocm = _section(facts, "rocm")
     gfx_raw = rocm.get("gfx_targets")
-    amd_gfx = sorted({str(g) for g in gfx_raw}) if isinstance(gfx_raw, list) else []
+    gfx_list = gfx_raw if isinstance(gfx_raw, list) else []
+    amd_gfx = sorted({g for g in gfx_list if isinstance(g, str) and _GFX_RE.fullmatch(g)})
+    odd = [shown(g) for g in gfx_list if not (isinstance(g, str) and _GFX_RE.fullmatch(g))]
+    if odd:
+        notes.append(
+            f"rocm.gfx_targets holds {len(odd)} value(s) that are no gfx target ({', '.join(odd[:3])}): ignored"
+        )
     if amd and not amd_gfx and not o.gpu_archs and not o.no_gpu:
         notes.append(
             f"{amd} AMD GPU(s) on the PCI bus but no gfx target is known ({_why_unavailable(gfx_raw)}); "
             "pass --gpu-arch gfxNNN (rocminfo | grep gfx)"
         )
 
-    driver = _known(nvml.get("driver_version"))
-    driver_source = "nvml.driver_version"
-    if not isinstance(driver, str):
-        module = _known(_section(facts, "modules").get("nvidia_version"))
-        if isinstance(module, str):
-            driver, driver_source = module, "modules.nvidia_version (kernel module; NVML did not answer)"
-        else:
-            driver, driver_source = None, "unknown"
+    # The driver version: NVML's, else the kernel module's; one that is not a version number
+    # (a hostile or corrupt snapshot) counts as unknown, with a note saying so.
+    driver: str | None = None
+    driver_source = "unknown"
+    driver_unknown_why = "NVML did not answer and no nvidia kernel module is loaded"
+    bad_driver: list[str] = []
+    raw_nvml = _known(nvml.get("driver_version"))
+    raw_module = _known(_section(facts, "modules").get("nvidia_version"))
+    if isinstance(raw_nvml, str):
+        driver = driver_version(raw_nvml)
+        driver_source = "nvml.driver_version"
+        if driver is None:
+            bad_driver.append(f"nvml.driver_version {shown(raw_nvml)}")
+    if driver is None and isinstance(raw_module, str):
+        driver = driver_version(raw_module)
+        why_module = "nvml.driver_version is not a version" if bad_driver else "NVML did not answer"
+        driver_source = f"modules.nvidia_version (kernel module; {why_module})"
+        if driver is None:
+            bad_driver.append(f"modules.nvidia_version {shown(raw_module)}")
+    if driver is None:
+        driver_source = "unknown"
+        if bad_driver:
+            driver_unknown_why = "; ".join(f"{bad} is not a version number" for bad in bad_driver)
+    elif bad_driver:
+        notes.append(f"{bad_driver[0]} is not a version number: the kernel module's {driver} is used instead")
     host = _section(facts, "host")
     py_raw = _known(host.get("python_version"))
     python = _python_minor(py_raw) if isinstance(py_raw, str) else None
     python_source = "host.python_version" if python else "unknown"
+    python_why = _why_unavailable(host.get("python_version"))
+    if isinstance(py_raw, str) and python is None:
+        python_why = f"host.python_version {shown(py_raw)} is not a Python version"
     exe = _known(host.get("python_executable"))
     torch = facts.get("torch")
     installed = dict(torch) if isinstance(torch, Mapping) else {}
@@ -195,12 +258,12 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
         python, python_source = checked, "--python-version"
     if python is None:
         notes.append(
-            f"the target Python is unknown ({_why_unavailable(host.get('python_version'))}): "
+            f"the target Python is unknown ({python_why}): "
             "releases are not filtered by Python; pass --python-version X.Y"
         )
     if nvidia and driver is None and not o.no_gpu:
         notes.append(
-            "the NVIDIA driver version is unknown (NVML did not answer and no nvidia kernel module is loaded): "
+            f"the NVIDIA driver version is unknown ({driver_unknown_why}): "
             "wheels are not filtered by driver; each choice says which driver it needs (or pass --driver-version)"
         )
     return Inputs(
@@ -219,21 +282,21 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
 
 def _check_cc(text: str) -> str:
     value = text.strip()
-    if not _CC_RE.match(value):
+    if not _CC_RE.fullmatch(value):
         raise TorchAdviceError(f"--compute-capability {text!r}: expected MAJOR.MINOR, e.g. 8.6")
     return value
 
 
 def _check_gfx(text: str) -> str:
     value = text.strip().lower()
-    if not _GFX_RE.match(value):
+    if not _GFX_RE.fullmatch(value):
         raise TorchAdviceError(f"--gpu-arch {text!r}: expected a gfx target such as gfx942")
     return value
 
 
 def _check_driver(text: str) -> str:
     value = text.strip()
-    if not re.match(r"^\d{3}(\.\d+){0,2}$", value):
+    if not _CLI_DRIVER_RE.fullmatch(value):
         raise TorchAdviceError(f"--driver-version {text!r}: expected an NVIDIA driver version such as 570.124.06")
     return value
 
@@ -259,7 +322,7 @@ def parse_arch_list(text: str) -> list[str]:
             continue
         ptx = part.endswith("+PTX")
         base = part[: -len("+PTX")] if ptx else part
-        if not _CC_RE.match(base):
+        if not _CC_RE.fullmatch(base):
             raise ValueError(f"bad arch {part!r} in {text!r}")
         major, minor = base.split(".")
         out.append(f"sm_{major}{minor}")
@@ -280,7 +343,7 @@ def rocm_of(variant: str) -> Version | None:
 
 
 def release_key(text: str) -> str:
-    m = _TORCH_RE.match(text.strip())
+    m = _TORCH_RE.fullmatch(text.strip())
     if not m:
         raise TorchAdviceError(f"--torch-version {text!r}: expected X.Y or X.Y.Z, e.g. 2.14")
     return f"{m.group(1)}.{m.group(2)}"
@@ -459,15 +522,19 @@ class Recommendation:
             out.append(f"torchaudio=={self.torchaudio}")
         return out
 
-    def commands(self) -> dict[str, str]:
+    def argvs(self) -> dict[str, list[str]]:
+        """The install commands as words (pip, uv, uv_backend); empty when no build was chosen."""
         if not self.variant or not self.torch_version:
             return {}
-        pkgs = " ".join(self.packages())
+        pkgs = self.packages()
         return {
-            "pip": f"pip install {pkgs} --index-url {self.index_url}",
-            "uv": f"uv pip install {pkgs} --index-url {self.index_url}",
-            "uv_backend": f"uv pip install {pkgs} --torch-backend={self.variant}",
+            "pip": ["pip", "install", *pkgs, "--index-url", str(self.index_url)],
+            "uv": ["uv", "pip", "install", *pkgs, "--index-url", str(self.index_url)],
+            "uv_backend": ["uv", "pip", "install", *pkgs, f"--torch-backend={self.variant}"],
         }
+
+    def commands(self) -> dict[str, str]:
+        return {name: shlex.join(argv) for name, argv in self.argvs().items()}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -761,6 +828,17 @@ def _upgrade_hint(
         )
 
 
+def _arch_names(value: Any) -> list[str] | None:
+    """The arch names (sm_90, compute_90, sm_100a) of the installed torch's arch list; None when
+    the list is unknown or holds something else (which helpers.arch_supported would choke on)."""
+    if not isinstance(value, list) or not value:
+        return None
+    names = [a.strip() for a in value if isinstance(a, str)]
+    if len(names) != len(value) or not all(_ARCH_RE.fullmatch(a) for a in names):
+        return None
+    return names
+
+
 def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> None:
     t = rec.inputs.installed
     where = f" in {rec.inputs.python_executable}" if rec.inputs.python_executable else ""
@@ -786,8 +864,8 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
                 floor = str(row.get("mvc_floor"))
                 if Version(rec.inputs.driver) < Version(floor):
                     problem = f"torch {version} needs driver ≥ {floor}; this host has {rec.inputs.driver}"
-            archs = _known(t.get("arch_list"))
-            if not problem and isinstance(archs, list):
+            archs = _arch_names(_known(t.get("arch_list")))
+            if not problem and archs:
                 from ..engine.helpers import arch_supported
 
                 lacking = sorted({_sm(c) for c in rec.inputs.ccs if not arch_supported(archs, c)})
@@ -885,16 +963,22 @@ def render_json(rec: Recommendation) -> str:
 
 
 def render_shell(rec: Recommendation) -> str:
+    """Comments (shell_comment: the reasons and notes carry GPU names, driver, Python and NVML
+    errors from the facts) and one live line, the pip command, of shell-quoted words (shell_word:
+    release, variant and pins come from the data tables or checked options)."""
     lines = ["# gpudoctor fix --torch: review, then run one of the install lines (gpudoctor runs nothing)."]
     for w in rec.why:
-        lines.append(f"# {w}")
+        lines.append(shell_comment(w))
     for w in rec.warnings:
-        lines.append(f"# note: {w}")
-    cmds = rec.commands()
-    if cmds:
-        lines.append(cmds["pip"])
-        lines.append(f"# or: {cmds['uv']}")
-        lines.append(f"# or: {cmds['uv_backend']}")
+        lines.append(shell_comment(f"note: {w}"))
+    argvs = rec.argvs()
+    if argvs:
+        try:
+            lines.append(shell_command(argvs["pip"]))
+        except ValueError:  # not reachable with the built-in tables; never print a broken command
+            lines.append(shell_comment(f"pip: {rec.commands()['pip']}"))
+        lines.append(shell_comment(f"or: {rec.commands()['uv']}"))
+        lines.append(shell_comment(f"or: {rec.commands()['uv_backend']}"))
     else:
         lines.append("# no install command: no build of torch fits this machine")
     return "\n".join(lines) + "\n"

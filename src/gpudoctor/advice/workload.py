@@ -111,13 +111,14 @@ def nearest_shape(params: float) -> Shape:
     return min(SHAPES, key=lambda s: abs(math.log(s.params_b) - math.log(max(billions, 1e-3))))
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*$", re.I)
+# Matched whole against stripped text: one run of blanks at most, so the match is linear.
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmbt]?)", re.I)
 
 
 def parse_params(text: str) -> float:
     """ "70B", "7b", "1.5B", "500M", "7e9" → a parameter count."""
     raw = str(text).strip()
-    m = _SIZE.match(raw)
+    m = _SIZE.fullmatch(raw)
     if m:
         value = float(m.group(1))
         scale = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]

@@ -10,6 +10,7 @@ Exit status (every command):
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -37,12 +38,48 @@ def fail(message: str) -> NoReturn:
 
 
 def style_for(stream: Any, colour: bool | None) -> Any:
-    use = colour if colour is not None else (stream.isatty() and not os.environ.get("NO_COLOR"))
+    use = colour if colour is not None else (_isatty(stream) and not os.environ.get("NO_COLOR"))
     if use:
         return click.style
     from .render.text import plain
 
     return plain
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def coloured(style: Any) -> bool:
+    """Whether a style from style_for() colours (its SGR sequences then pass the output writer)."""
+    return style is click.style
+
+
+# A day: far beyond any probe or NVML deadline, far short of what looks like "no deadline".
+MAX_TIMEOUT_S = 86400.0
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that must be a finite number, within [min, max] where given.
+
+    click's FLOAT and FloatRange take "nan", "inf" and "1e999" (which is inf): nan passes every
+    range check (each comparison is false) and inf every minimum. Every float option of every
+    command uses this type instead; nan and inf are a usage error (exit status 2)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = 0.0  # click says it is not a valid float
+            if not math.isfinite(number):
+                self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 @dataclass(frozen=True)
@@ -91,14 +128,14 @@ def root_options(f: Any) -> Any:
         ),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0.1),
+            type=FiniteFloat(min=0.1, max=MAX_TIMEOUT_S),
             default=30.0,
             show_default=True,
             help="Seconds the whole run may take; NVML and torch get their share of it.",
         ),
         click.option(
             "--nvml-timeout",
-            type=click.FloatRange(min=0.1),
+            type=FiniteFloat(min=0.1, max=MAX_TIMEOUT_S),
             default=5.0,
             show_default=True,
             help="Seconds NVML may take before it is reported as not answering.",
@@ -192,16 +229,28 @@ def load_ruleset(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
         fail(f"bad rule file: {exc}")
 
 
-def write_output(text: str, output: str | None) -> None:
-    if output and output != "-":
-        from .facts import write_atomic
+def write_output(text: str | bytes, output: str | None, *, colour: bool = False, raw: bool = False) -> None:
+    """Write a command's output to the file `output` (see gpudoctor.outputs.write_file for what a
+    path may be), or to stdout when it is None or "-"; exit status 2 with one line if that fails.
 
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
-    else:
-        click.echo(text, nl=False)
+    Text passes gpudoctor.render.safe.terminal_safe first (every control character but newline
+    and tab escaped; with `colour`, the renderer's SGR sequences kept), JSON included: it stays
+    valid. `raw` skips that, for formats that escape on their own (JUnit XML, Prometheus, NFD)."""
+    from .outputs import OutputError, write_file, write_stdout
+
+    if isinstance(text, str) and not raw:
+        from .render.safe import terminal_safe
+
+        text = terminal_safe(text, colour)
+    try:
+        if output and output != "-":
+            write_file(output, text)
+        elif isinstance(text, str):
+            write_stdout(text)
+        else:
+            fail("internal error: binary output for standard output")
+    except OutputError as exc:
+        fail(str(exc))
 
 
 # Commands that live in their own modules (src/gpudoctor/commands/<module>.py, each exposing
@@ -293,6 +342,9 @@ def check(
     probe: ProbeOptions,
 ) -> None:
     """Check this machine (or a snapshot) and print findings with fixes."""
+    import time
+
+    deadline = time.monotonic() + probe.timeout
     if facts_file:
         refuse_probe_options_with_facts(probe)
     # Probing starts first, before the rule engine is even imported, so that NVML's start-up in
@@ -301,7 +353,7 @@ def check(
     if not facts_file:
         collection = start_collect(probe)
     try:
-        from .engine.runner import run_rules, select, unknown_selectors
+        from .engine.runner import judging_deadline, run_rules, select, unknown_selectors
         from .findings import Report, Severity
 
         ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
@@ -320,11 +372,12 @@ def check(
         origin = probe.origin
     rules = select(ruleset.rules, only, skip)
     report = Report(
-        findings=run_rules(ruleset, facts, rules),
+        findings=run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline)),
         fail_on=Severity(fail_on),
         facts_origin=origin,
         rules_loaded=len(ruleset.rules),
     )
+    style = None
     if fmt == "json":
         from .render.json_report import render as render_json
 
@@ -335,7 +388,7 @@ def check(
         stream = sys.stdout
         style = style_for(stream, color if not output else False)
         text = render_text(report, facts, style=style, verbose=verbose)
-    write_output(text, output)
+    write_output(text, output, colour=coloured(style))
     sys.exit(report.exit_code)
 
 
@@ -372,7 +425,7 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
     from .render.rules import list_json, list_text
 
     ruleset = load_ruleset(rule_dirs)
-    click.echo(list_json(ruleset) if fmt == "json" else list_text(ruleset), nl=False)
+    write_output(list_json(ruleset) if fmt == "json" else list_text(ruleset), None)
 
 
 @rules.command("show")
@@ -389,7 +442,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
 
         close = difflib.get_close_matches(rule_id, [r.id for r in ruleset.rules], n=3)
         fail(f"no rule {rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
-    click.echo(show_text(rule), nl=False)
+    write_output(show_text(rule), None)
 
 
 @rules.command("validate")
@@ -402,43 +455,98 @@ def rules_validate(paths: tuple[str, ...]) -> None:
         count, errors = validate_paths(paths)
     except RuleLoadError as exc:
         fail(str(exc))
+    from .render.safe import printable
+
     for e in errors:
-        click.echo(f"gpudoctor: {e}", err=True)
+        say(f"gpudoctor: {printable(str(e))}")
     if errors:
         sys.exit(2)
-    click.echo(f"{count} rule(s) OK")
+    write_output(f"{count} rule(s) OK\n", None)
 
 
 def run(argv: Sequence[str] | None = None, command: click.Command | None = None, prog_name: str = "gpudoctor") -> int:
     """Entry point with user errors turned into exit status 2 and a one-line message.
 
-    `command` defaults to the gpudoctor group; standalone entry points pass their own."""
+    `command` defaults to the gpudoctor group; standalone entry points pass their own.
+
+    Messages quote outside content (paths, values from snapshots and reports): each is one line
+    with its control characters escaped. stdout and stderr write what their encoding cannot as
+    ASCII (gpudoctor.outputs.use_ascii_fallback). A stdout that cannot be written (closed, a full
+    disk, a reader that went away) is exit status 2 with one line on stderr, or none if stderr
+    cannot be written either."""
+    from .outputs import STDOUT, failed_standard_stream, use_ascii_fallback
+    from .render.safe import printable
+
+    use_ascii_fallback()
     target = command if command is not None else main
     try:
         target.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
     except UserError as exc:
-        click.echo(f"gpudoctor: error: {exc}", err=True)
+        say(f"gpudoctor: error: {printable(str(exc))}")
         return 2
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        _show_click_error(exc)
         return 2
     except click.exceptions.Abort:
-        click.echo("gpudoctor: aborted", err=True)
+        say("gpudoctor: aborted")
         return 2
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
+    except OSError as exc:
+        # A write to stdout or stderr outside write_output (click's --help, a stray echo).
+        stream = failed_standard_stream(exc)
+        if stream is None:
+            raise
+        if stream == 1:
+            say(f"gpudoctor: error: cannot write {STDOUT}: {printable(exc.strerror or exc)}")
+        return 2
     return 0
 
 
+def say(line: str) -> None:
+    """One line to stderr (the caller escapes what it quotes); nothing if stderr cannot take it."""
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    """click's usage message, with the control characters of what it quotes (the arguments) escaped."""
+    import io
+
+    from .render.safe import terminal_safe
+
+    buffer = io.StringIO()
+    exc.show(file=buffer)
+    try:
+        click.echo(terminal_safe(buffer.getvalue()), err=True, nl=False)
+    except (OSError, ValueError):
+        pass
+
+
 def entry() -> None:
-    code = run()
+    # SIGINT, SIGTERM, SIGHUP: every child gpudoctor started is killed at once, and the command
+    # unwinds (children.Stopped, a SystemExit that run() turns into status 128 + the signal).
+    from . import children
+
+    children.install_handlers()  # done already by __main__.main; a second call does nothing
+    try:
+        try:
+            code = run()
+        finally:
+            stopped = children.settle()  # signals blocked from here; every registered child killed
+    except (SystemExit, KeyboardInterrupt) as exc:  # a stop signal just outside run()'s own handlers
+        stopped = children.settle()
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
+    if stopped is not None:
+        code = 128 + stopped
+        children.say_stopped(stopped)
     from .probes.nvml import discard_prestarted
 
     discard_prestarted()

@@ -7,7 +7,18 @@ import sys
 
 import click
 
-from ..cli import ProbeOptions, fail, obtain_facts, root_options, style_for, write_output
+from ..cli import (
+    MAX_TIMEOUT_S,
+    FiniteFloat,
+    ProbeOptions,
+    coloured,
+    fail,
+    obtain_facts,
+    root_options,
+    style_for,
+    write_output,
+)
+from ..render.safe import printable
 
 EPILOG = """\b
 What it measures, per GPU: matmul TFLOP/s in fp32, tf32, fp16, bf16 and fp8 (where the GPU
@@ -27,24 +38,28 @@ datasheet (rules/performance.yaml); 2 could not run or could not finish (no torc
 option, the deadline; what was measured is still reported and written)."""
 
 
-def _is_number(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
-    return text.isascii() and text.isdigit()
+# No host has more GPUs than this; a larger index or range is a typo (or an attempt to make
+# `0-99999999999` a list of a hundred billion entries).
+MAX_GPU_INDEX = 4095
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
+    from ..inputs import parse_int
+
     if text is None or text.strip().lower() in ("", "all"):
         return None
     out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part and _is_number(part.split("-", 1)[0]):
-            lo, hi = (int(x) for x in part.split("-", 1))
+    try:
+        for part in text.split(","):
+            lo_text, dash, hi_text = part.partition("-")
+            lo = parse_int(lo_text, "a GPU index", 4)
+            hi = parse_int(hi_text, "a GPU index", 4) if dash else lo
+            if lo_text.strip()[:1] in "+-" or hi < lo or hi > MAX_GPU_INDEX:
+                raise ValueError(f"{part.strip()!r} is not an index or range of indices from 0 to {MAX_GPU_INDEX}")
             out.extend(range(lo, hi + 1))
-        elif _is_number(part):
-            out.append(int(part))
-        else:
-            fail(f"--gpus {text}: give device indices like 0,1 or 0-3 (or all)")
+    except ValueError as exc:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        fail(f"--gpus {shown}: give device indices like 0,1 or 0-3 (or all): {exc}")
     return list(dict.fromkeys(out))
 
 
@@ -63,7 +78,7 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 )
 @click.option(
     "--bench-timeout",
-    type=click.FloatRange(min=1.0),
+    type=FiniteFloat(min=1.0, max=MAX_TIMEOUT_S),
     help="Seconds the measurements may take before they are stopped (default 120 quick, 900 full).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
@@ -135,7 +150,8 @@ def command(
         _check_same_machine(section, facts, facts_file)
         if isinstance(facts.get("bench"), dict):
             click.echo(
-                f"gpudoctor: replacing the bench results of {facts['bench'].get('collected_at', '?')} in {facts_file}",
+                f"gpudoctor: replacing the bench results of {printable(facts['bench'].get('collected_at', '?'))} "
+                f"in {printable(facts_file)}",
                 err=True,
             )
     merged = dict(facts)
@@ -154,14 +170,14 @@ def command(
     if output:
         write_output(dumps(merged), output)
     if fmt == "json":
-        click.echo(render_json(section, findings), nl=False)
+        write_output(render_json(section, findings), None)
     else:
         style = style_for(sys.stdout, color)
-        click.echo(render_text(section, findings, style, snapshot_path=output), nl=False)
+        write_output(render_text(section, findings, style, snapshot_path=output), None, colour=coloured(style))
     from ..findings import Severity, Status
 
     if run.status != "ok":
-        click.echo(f"gpudoctor: the bench is incomplete: {run.error}", err=True)
+        click.echo(f"gpudoctor: the bench is incomplete: {printable(run.error)}", err=True)
         sys.exit(2)
     failed = [f for f in findings if f.status is Status.FAIL and f.severity.rank >= Severity.WARNING.rank]
     sys.exit(1 if failed else 0)

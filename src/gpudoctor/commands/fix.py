@@ -19,6 +19,7 @@ import click
 
 from ..cli import (
     ProbeOptions,
+    coloured,
     fail,
     load_ruleset,
     obtain_facts,
@@ -150,6 +151,10 @@ def command(
         # Resolve the renderer before probing so a missing module costs no probe time.
         render = _numa_renderer()
         facts, _origin = obtain_facts(facts_file, probe)
+        if (fmt or "shell") != "json":
+            # the planner's shell and text interpolate hostnames and device names as they are: a
+            # name with a newline would add a command to a script meant to be run
+            facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
             text = render(facts, strategy or "node", fmt or "shell", membind, visible)
         except ValueError as exc:
@@ -158,12 +163,27 @@ def command(
         return
 
     facts, origin = obtain_facts(facts_file, probe)
+    if (fmt or "text") != "json":
+        # the advice's text and shell outputs interpolate facts unescaped (see above)
+        facts, origin = _printable_facts(facts), _printable(origin)
     if torch_mode:
         sys.exit(
             _torch(facts, origin, fmt or "text", output, driver_version, compute_capability, gpu_arch, no_gpu,
                    torch_version, python_version)
         )  # fmt: skip
     _fix_list(facts, origin, fmt or "text", output, rule_dirs, no_builtin_rules, color)
+
+
+def _printable_facts(facts: Any) -> Any:
+    from ..render.safe import printable_tree
+
+    return printable_tree(facts)
+
+
+def _printable(text: str) -> str:
+    from ..render.safe import printable
+
+    return printable(text)
 
 
 def _numa_renderer() -> Any:
@@ -247,5 +267,8 @@ def _fix_list(
     elif fmt == "shell":
         text = fix_list.render_shell(fixes, head)
     else:
-        text = fix_list.render_text(fixes, head, style_for(sys.stdout, color if not output else False))
+        style = style_for(sys.stdout, color if not output else False)
+        text = fix_list.render_text(fixes, head, style)
+        write_output(text, output, colour=coloured(style))
+        return
     write_output(text, output)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..cli import ProbeOptions, fail, root_options, style_for, write_output
+from ..cli import FiniteFloat, ProbeOptions, coloured, fail, root_options, style_for, write_output
 
 GATE_HELP = """\b
 What blocks (exit status 1, no-go):
@@ -51,9 +51,7 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
 )
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
 @click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
-@click.option(
-    "--min-free-memory", type=click.FloatRange(min=0), metavar="GiB", help="GiB that must be free on every GPU."
-)
+@click.option("--min-free-memory", type=FiniteFloat(min=0), metavar="GiB", help="GiB that must be free on every GPU.")
 @click.option(
     "--fail-on",
     type=click.Choice(["error", "warning"]),
@@ -115,7 +113,7 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
 )
 @click.option(
     "--min-busbw",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     metavar="GB/s",
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
@@ -204,41 +202,46 @@ def command(
     except GateError as exc:
         fail(str(exc))
 
-    # Files first, so that what is printed last is the verdict; each is written atomically.
-    outputs = []
+    # Files first, so that what is printed last is the verdict; each through the one output writer
+    # (gpudoctor.outputs.write_file: a regular file replaced atomically, a device or FIFO written).
+    # JUnit XML, Prometheus and NFD escape what they quote in their own syntax: written as rendered.
+    outputs: list[tuple[str, Any, bool]] = []
     if json_path:
-        outputs.append((json_path, lambda: _json(report)))
+        outputs.append((json_path, lambda: _json(report), False))
     if junit_path:
         from ..render.junit import render as render_junit
 
-        outputs.append((junit_path, lambda: render_junit(report)))
+        outputs.append((junit_path, lambda: render_junit(report), True))
     if prometheus_path:
         from ..render.prometheus import render as render_prometheus
 
-        outputs.append((prometheus_path, lambda: render_prometheus(report)))
+        outputs.append((prometheus_path, lambda: render_prometheus(report), True))
     if nfd_path:
         from ..render.nfd import render as render_nfd
 
-        outputs.append((nfd_path, lambda: render_nfd(report, nfd_ttl)))
-    for path, make in outputs:
-        write_output(make(), path)
+        outputs.append((nfd_path, lambda: render_nfd(report, nfd_ttl), True))
+    for path, make, raw in outputs:
+        write_output(make(), path, raw=raw)
 
     if fmt == "text":
         from ..render.gate_text import render as render_text
 
-        click.echo(render_text(report, style=style_for(sys.stdout, color), verbose=verbose), nl=False)
+        style = style_for(sys.stdout, color)
+        write_output(render_text(report, style=style, verbose=verbose), None, colour=coloured(style))
     else:
         if not report.go:
             from ..render.gate_text import blocking_text
+            from ..render.safe import terminal_safe
 
-            for line in blocking_text(report, style_for(sys.stderr, color)):
-                click.echo(line, err=True)
+            err_style = style_for(sys.stderr, color)
+            for line in blocking_text(report, err_style):
+                click.echo(terminal_safe(line, coloured(err_style)), err=True)
         if fmt == "json":
-            click.echo(_json(report), nl=False)
+            write_output(_json(report), None)
         else:
             from ..render.markdown import render as render_markdown
 
-            click.echo(render_markdown(report), nl=False)
+            write_output(render_markdown(report), None)
     sys.exit(report.exit_code)
 
 

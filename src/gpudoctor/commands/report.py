@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -55,6 +56,20 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:
-        text = render_text(fleet)
+        text = render_text(_printable(fleet))
     write_output(text, output)
     sys.exit(1 if any(n.verdict != "go" for n in fleet.nodes) else 0)
+
+
+def _printable(fleet: Any) -> Any:
+    """The fleet with every string from the reports (node names, check ids, GPU models, blocking
+    lines) through render.safe.printable: the summary interpolates them as they are, and a name
+    with a newline or an escape sequence would otherwise forge a line or drive the terminal."""
+    from dataclasses import fields, replace
+
+    from ..render.safe import printable_tree
+
+    def clean(item: Any) -> Any:
+        return replace(item, **{f.name: printable_tree(getattr(item, f.name)) for f in fields(item)})
+
+    return replace(fleet, nodes=[clean(n) for n in fleet.nodes], replaced=printable_tree(fleet.replaced))

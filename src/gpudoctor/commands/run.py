@@ -43,7 +43,8 @@ from typing import Any, Mapping, Sequence
 
 import click
 
-from ..cli import fail
+from ..cli import MAX_TIMEOUT_S, FiniteFloat, fail, write_output
+from ..render.safe import printable
 
 RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID")
 
@@ -97,7 +98,7 @@ Exit status: the command's own once it runs; 2 when gpudoctor cannot bind or sta
 @click.option("--procfs-root", type=click.Path(file_okay=False), help="Where /proc is (default ROOT/proc).")
 @click.option(
     "--nvml-timeout",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1, max=MAX_TIMEOUT_S),
     default=5.0,
     show_default=True,
     help="Seconds NVML may take, when it is needed at all.",
@@ -139,7 +140,7 @@ def command(
 
     if not quiet:
         for warning in [*plan.warnings, *binding.warnings]:
-            click.echo(f"gpudoctor run: warning: {warning}", err=True)
+            click.echo(f"gpudoctor run: warning: {printable(warning)}", err=True)
     env = dict(os.environ)
     if export_nic and binding.nic is not None:
         env.update(binding.nic.env)
@@ -159,18 +160,20 @@ def command(
     if numactl:
         argv = [numactl, *binding.argv[1:], "--", executable, *cmd[1:]]
         if dry_run:
-            click.echo(f"# {summary} (numactl)")
-            click.echo(_env_prefix(env) + shlex.join(argv))
+            write_output(f"# {printable(summary)} (numactl)\n{_env_prefix(env)}{shlex.join(argv)}\n", None)
             return
         if not quiet:
             how = f"; memory policy NOT set ({blocked}): CPUs only" if blocked else ""
-            click.echo(f"gpudoctor run: {summary}{how} (numactl)", err=True)
+            click.echo(f"gpudoctor run: {printable(summary + how)} (numactl)", err=True)
         _exec(numactl, argv, env)
 
     if dry_run:
         policy = binding.mem_policy or "none"
-        click.echo(f"# {summary} (sched_setaffinity and set_mempolicy {policy}; numactl not used)")
-        click.echo(_env_prefix(env) + shlex.join([executable, *cmd[1:]]))
+        write_output(
+            f"# {printable(summary)} (sched_setaffinity and set_mempolicy {policy}; numactl not used)\n"
+            f"{_env_prefix(env)}{shlex.join([executable, *cmd[1:]])}\n",
+            None,
+        )
         return
     try:
         os.sched_setaffinity(0, binding.cpus)
@@ -181,9 +184,12 @@ def command(
         problem = set_mempolicy(MPOL_BIND if binding.mem_policy == "membind" else MPOL_PREFERRED, binding.node)
     if not quiet:
         if problem:
-            click.echo(f"gpudoctor run: {summary}; memory policy NOT set ({problem}): CPU affinity only", err=True)
+            click.echo(
+                f"gpudoctor run: {printable(summary)}; memory policy NOT set ({printable(problem)}): CPU affinity only",
+                err=True,
+            )
         else:
-            click.echo(f"gpudoctor run: {summary} (sched_setaffinity, set_mempolicy; no numactl)", err=True)
+            click.echo(f"gpudoctor run: {printable(summary)} (sched_setaffinity, set_mempolicy; no numactl)", err=True)
     _exec(executable, [cmd[0], *cmd[1:]], env)
 
 
@@ -238,10 +244,15 @@ def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]
 
 
 def _index(name: str, value: str) -> int:
+    from ..inputs import parse_int, shown_excerpt
+
     text = value.strip()
-    if not (text.isascii() and text.isdigit()):
-        fail(f"{name}={value!r} is not a GPU index (a whole number from 0)")
-    return int(text)
+    try:
+        if text[:1] in "+-":
+            raise ValueError("signed")
+        return parse_int(text, name, 6)
+    except ValueError:
+        fail(f"{name}={shown_excerpt(value)} is not a GPU index (a whole number from 0)")
 
 
 # --- probing: only what the plan needs ------------------------------------------------------------

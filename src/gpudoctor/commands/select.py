@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from ..cli import ProbeOptions, load_ruleset, obtain_facts, root_options
+from ..cli import FiniteFloat, ProbeOptions, load_ruleset, obtain_facts, root_options, write_output
+from ..render.safe import printable
 
 SELECT_HELP = """\b
 Usage in a job script:
@@ -32,9 +33,7 @@ Exit status:
 
 @click.command("select", epilog=SELECT_HELP, context_settings={"max_content_width": 100})
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, show_default=True, help="How many GPUs.")
-@click.option(
-    "--min-free-memory", type=click.FloatRange(min=0), default=0.0, metavar="GiB", help="Free memory each needs."
-)
+@click.option("--min-free-memory", type=FiniteFloat(min=0), default=0.0, metavar="GiB", help="Free memory each needs.")
 @click.option(
     "--fail-on",
     type=click.Choice(["error", "warning"]),
@@ -65,11 +64,11 @@ def command(
     findings = run_rules(ruleset, facts, [r for r in ruleset.rules if r.subject == "gpu"])
     selection = plan(facts, findings, count, min_free_memory, Severity(fail_on))
     for note in selection.notes:
-        click.echo(f"gpudoctor select: {note}", err=True)
+        click.echo(f"gpudoctor select: {printable(note)}", err=True)
     if not selection.ok:
         click.echo(f"gpudoctor select: {len(selection.eligible)} GPU(s) qualify, {count} asked for", err=True)
         for label, why in selection.excluded:
-            click.echo(f"  {label}: {why}", err=True)
+            click.echo(f"  {printable(label)}: {printable(why)}", err=True)
         if not selection.excluded and not selection.eligible:
             click.echo("  no NVIDIA GPU found", err=True)
         sys.exit(1)
@@ -77,11 +76,11 @@ def command(
         for c in selection.chosen:
             util = f"{c.utilization_pct} %" if c.utilization_pct is not None else "?"
             click.echo(
-                f"gpudoctor select: chose {c.label} {c.name}: {c.free_bytes / GIB:.1f} GiB free, "
+                f"gpudoctor select: chose {printable(c.label)} {printable(c.name)}: {c.free_bytes / GIB:.1f} GiB free, "
                 f"{util} busy, NUMA node {c.numa_node if c.numa_node is not None else '?'}, "
                 + (f"NVLink island of GPU {c.island}" if c.island is not None else "no NVLink peers"),
                 err=True,
             )
         for label, why in selection.excluded:
-            click.echo(f"gpudoctor select: left out {label}: {why}", err=True)
-    click.echo(selection.value(uuids))
+            click.echo(f"gpudoctor select: left out {printable(label)}: {printable(why)}", err=True)
+    write_output(selection.value(uuids) + "\n", None)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import ProbeOptions, fail, obtain_facts, root_options, style_for, write_output
+from ..cli import ProbeOptions, coloured, fail, obtain_facts, root_options, style_for, write_output
 
 EPILOG = """\b
 Workloads (--workload MODE-SIZE[-PRECISION], or --mode/--params/--precision):
@@ -124,16 +124,17 @@ def command(
         vendors=tuple(v.lower() for v in vendors),
     )
     if plot:
+        from ..outputs import OutputError
         from ..render.tiers_plot import PlotError, write_plot
 
         try:
-            write_plot(tl, plot)
-        except PlotError as exc:
+            write_plot(tl, plot)  # through gpudoctor.outputs.write_file, as every output
+        except (PlotError, OutputError) as exc:
             fail(str(exc))
-        except OSError as exc:
-            fail(f"cannot write {plot}: {exc.strerror or exc}")
+    style = None
     if fmt == "json":
         text = render_json(tl, origin)
     else:
-        text = render_text(tl, style_for(sys.stdout, color if not output else False), origin)
-    write_output(text, output)
+        style = style_for(sys.stdout, color if not output else False)
+        text = render_text(tl, style, origin)
+    write_output(text, output, colour=coloured(style))

@@ -1,6 +1,7 @@
 """`gpudoctor bench` output: per GPU, each measurement beside the datasheet and the node's other
 GPUs; the links between GPUs; the tuning measurements; the verdicts of rules/performance.yaml.
-Formatting only."""
+Formatting only; in the text every value from the results, the facts and the findings goes
+through render.safe.printable."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..facts import Unavailable, to_jsonable
 from ..findings import Finding, Status
+from .safe import printable
 
 Style = Callable[..., str]
 
@@ -43,7 +45,7 @@ def _pct(value: Any) -> str:
 
 
 def _why(value: Any) -> str:
-    return f"{value.reason}: {value.detail}" if isinstance(value, Unavailable) else ""
+    return printable(f"{value.reason}: {value.detail}") if isinstance(value, Unavailable) else ""
 
 
 def _size(metric: Mapping[str, Any]) -> str:
@@ -61,11 +63,11 @@ def _gpu_title(entry: Mapping[str, Any]) -> str:
     name = entry.get("name")
     spec = entry.get("spec_id")
     nvml = entry.get("nvml_index")
-    label = f"GPU {nvml if isinstance(nvml, int) else entry.get('index')}"
+    label = f"GPU {nvml if isinstance(nvml, int) else printable(entry.get('index'))}"
     if isinstance(bus, str):
-        label += f" ({bus})"
-    label += f" {name}" if isinstance(name, str) else ""
-    label += f" → {spec}" if isinstance(spec, str) else " (not in the spec table: no datasheet comparison)"
+        label += f" ({printable(bus)})"
+    label += f" {printable(name)}" if isinstance(name, str) else ""
+    label += f" → {printable(spec)}" if isinstance(spec, str) else " (not in the spec table: no datasheet comparison)"
     return label
 
 
@@ -83,15 +85,15 @@ def render_text(
     )
     torch = section.get("torch_version")
     cuda = section.get("cuda_version") or section.get("hip_version")
-    head = f"gpudoctor bench ({section.get('mode', '?')})"
+    head = f"gpudoctor bench ({printable(section.get('mode', '?'))})"
     if isinstance(torch, str):
-        head += f" · torch {torch}"
+        head += f" · torch {printable(torch)}"
     if isinstance(cuda, str):
-        head += f" · {'ROCm' if section.get('hip_version') else 'CUDA'} {cuda}"
+        head += f" · {'ROCm' if section.get('hip_version') else 'CUDA'} {printable(cuda)}"
     head += f" · {len(gpus)} GPU(s) · {section.get('duration_s', 0):.1f} s"
     out.append(style(head, bold=True))
     if section.get("status") != "ok":
-        out.append(style(f"  incomplete: {section.get('error')}", fg="yellow", bold=True))
+        out.append(style(f"  incomplete: {printable(section.get('error'))}", fg="yellow", bold=True))
     out.append(
         "  median of repeats, device-event timing, random non-zero inputs; datasheet = dense peak of one device "
         "(rules/data/gpu_specs.yaml); others = median of the other GPUs of the same kind"
@@ -104,18 +106,18 @@ def render_text(
         out.append("")
         out.append(style(_gpu_title(entry), bold=True))
         if "error" in entry:
-            out.append(f"  could not describe the device: {entry['error']}")
+            out.append(f"  could not describe the device: {printable(entry['error'])}")
         out.append(style(header, bold=True))
         for test, label in ROWS:
             metric = entry.get(test)
             if isinstance(metric, Unavailable):
                 if metric.reason == "not_supported" and test == "matmul_bf16_unaligned":
                     continue
-                out.append(f"  {label:<24}{'':>8}  {'—':>15}  {metric.reason}: {metric.detail}"[:160])
+                out.append(f"  {label:<24}{'':>8}  {'—':>15}  {_why(metric)}"[:160])
                 continue
             if not isinstance(metric, Mapping):
                 continue
-            unit = str(metric.get("unit", ""))
+            unit = printable(metric.get("unit", ""))
             cells = (
                 f"  {label:<24}{_size(metric):>8}  {_num(metric.get('value'), unit):>15}  "
                 f"{_num(metric.get('spec'), unit):>15}  {_pct(metric.get('efficiency_pct')):>6}  "
@@ -141,7 +143,7 @@ def render_text(
                 parts.append(f"clock event reasons 0x{load['clocks_event_reasons']:x}")
             out.append(f"  under load: {', '.join(parts)}")
         elif isinstance(load, Unavailable):
-            out.append(f"  under load: {load.detail}")
+            out.append(f"  under load: {printable(load.detail)}")
         out.extend(_tuning(entry, section))
     links = section.get("p2p")
     if isinstance(links, list) and links:
@@ -159,17 +161,17 @@ def render_text(
                 measured = _num(metric.get("value"), "GB/s")
                 ceiling = f"{_num(metric.get('spec'), 'GB/s')}, {_pct(metric.get('efficiency_pct'))}"
                 out.append(
-                    f"  GPU {link['src']} → GPU {link['dst']} copy {_size(metric):>7}  {measured:>13}"
-                    f"  (link, one way: {ceiling})  {access_text}"
+                    f"  GPU {printable(link['src'])} → GPU {printable(link['dst'])} copy {_size(metric):>7}  "
+                    f"{measured:>13}  (link, one way: {ceiling})  {access_text}"
                 )
             else:
-                out.append(f"  GPU {link['src']} → GPU {link['dst']}: {_why(metric)}")
+                out.append(f"  GPU {printable(link['src'])} → GPU {printable(link['dst'])}: {_why(metric)}")
     elif isinstance(links, Unavailable) and links.reason != "not_supported":
         out.append(f"  peer copies: {_why(links)}")
     allreduce = section.get("allreduce")
     if isinstance(allreduce, Mapping):
         out.append(
-            f"  all-reduce over {allreduce.get('gpus', '?')} GPUs, {_size(allreduce)}: bus bandwidth "
+            f"  all-reduce over {printable(allreduce.get('gpus', '?'))} GPUs, {_size(allreduce)}: bus bandwidth "
             f"{_num(allreduce.get('value'), 'GB/s')} (algorithm bandwidth {_num(allreduce.get('algbw_gbs'), 'GB/s')})"
         )
     elif isinstance(allreduce, Unavailable) and allreduce.reason != "not_supported":
@@ -185,14 +187,15 @@ def render_text(
                 f.status, f.status.value
             )
             colour = {"FAIL": "red", "warn": "yellow", "info": "cyan", "pass": "green", "unknown": "magenta"}.get(badge)
-            line = f"  {badge:<8}{f.rule_id:<30}{f.subject.label:<24}{f.message}"
+            line = f"  {badge:<8}{printable(f.rule_id):<30}{printable(f.subject.label):<24}{printable(f.message)}"
             out.append(style(line, fg=colour) if colour else line)
             if f.status is Status.FAIL and f.fix:
                 for fix_line in f.fix.strip().splitlines():
-                    out.append(f"          {fix_line}")
+                    out.append(f"          {printable(fix_line)}")
     if snapshot_path:
         out.append("")
-        out.append(f"Snapshot with these results: {snapshot_path} (gpudoctor check --facts {snapshot_path})")
+        shown = printable(snapshot_path)
+        out.append(f"Snapshot with these results: {shown} (gpudoctor check --facts {shown})")
     return "\n".join(out) + "\n"
 
 
@@ -213,7 +216,7 @@ def _tuning(entry: Mapping[str, Any], section: Mapping[str, Any]) -> list[str]:
         lines.append(f"  mixed precision: matmul speed-up over fp32: {', '.join(speed)}")
     precision = section.get("float32_matmul_precision_default")
     if isinstance(precision, str):
-        state = "off (precision 'highest')" if precision == "highest" else f"on (precision '{precision}')"
+        state = "off (precision 'highest')" if precision == "highest" else f"on (precision '{printable(precision)}')"
         lines.append(
             f"  TF32 in this torch's defaults: {state}; torch.set_float32_matmul_precision('high') turns it on"
         )

@@ -1,11 +1,13 @@
 """The gate's report for people and job logs: on no-go the blocking lines first, then what else
-did not pass, a summary and the verdict. Formatting only."""
+did not pass, a summary and the verdict. Formatting only; every value from the facts, the findings
+and the policy goes through render.safe.printable."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..findings import Finding, Status
+from .safe import printable
 from .text import STATUS_COLOURS, Style, badge, header, plain
 
 WIDTH = 100
@@ -13,25 +15,30 @@ WIDTH = 100
 
 def blocking_text(report: Any, style: Style = plain) -> list[str]:
     """One line per blocking finding (or group of findings that could not be judged for one cause)."""
-    return [style("NO-GO", fg="red", bold=True) + "  " + line.text for line in report.lines]
+    return [style("NO-GO", fg="red", bold=True) + "  " + printable(line.text) for line in report.lines]
 
 
 def policy_line(report: Any) -> str:
     p = report.policy
-    bits = [f"policy: {p.source}", f"fail on {p.fail_on.value}", p.on_cannot_check, f"deadline {p.deadline_s:g} s"]
+    bits = [
+        f"policy: {printable(p.source)}",
+        f"fail on {p.fail_on.value}",
+        printable(p.on_cannot_check),
+        f"deadline {p.deadline_s:g} s",
+    ]
     expect = []
     if p.expect_gpus is not None:
         expect.append(f"{p.expect_gpus} GPU(s)")
     if p.expect_model is not None:
-        expect.append(f"model {p.expect_model}")
+        expect.append(f"model {printable(p.expect_model)}")
     if p.min_free_memory_gib is not None:
         expect.append(f"{p.min_free_memory_gib:g} GiB free per GPU")
     if expect:
         bits.append("expect " + ", ".join(expect))
     if p.required:
-        bits.append("required: " + ", ".join(p.required))
+        bits.append("required: " + printable(", ".join(p.required)))
     if p.ignore:
-        bits.append("ignored: " + ", ".join(p.ignore))
+        bits.append("ignored: " + printable(", ".join(p.ignore)))
     if p.deep:
         bits.append("deep")
     return " · ".join(bits)
@@ -45,7 +52,7 @@ def _cause_words(cause: str) -> str:
     name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}.get(
         source, source
     )
-    return f"{name} facts unavailable ({reason})"
+    return f"{printable(name)} facts unavailable ({printable(reason)})"
 
 
 def _why_not_judged(report: Any, f: Finding) -> str:
@@ -53,14 +60,14 @@ def _why_not_judged(report: Any, f: Finding) -> str:
     from ..gate import not_visible
 
     if not_visible(f):
-        return f.cause.partition(": ")[2].split(" ", 1)[0].replace("_", " ")
+        return printable(f.cause.partition(": ")[2].split(" ", 1)[0].replace("_", " "))
     return str(report.policy.on_cannot_check)
 
 
 def _row(f: Finding, style: Style, note: str = "") -> str:
     b = badge(f)
     status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
-    return f"  {status} {f.rule_id:<34} {f.subject.label:<22} {f.message}{note}"
+    return f"  {status} {printable(f.rule_id):<34} {printable(f.subject.label):<22} {printable(f.message)}{note}"
 
 
 def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
@@ -72,7 +79,7 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
         lines.append("")
     lines.append(style(f"gpudoctor gate {__version__}", bold=True) + " · " + header(report.facts))
     if report.facts_origin != "live":
-        lines.append(f"facts: {report.facts_origin}")
+        lines.append(f"facts: {printable(report.facts_origin)}")
     lines.append(policy_line(report))
 
     shown = [
@@ -107,12 +114,12 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
                 note = f"  [not judged: {_why_not_judged(report, f)}]"
             lines.append(_row(f, style, note))
             if verbose and f.detail and f.status is not Status.PASS:
-                lines.append(f"          why:  {f.detail}")
+                lines.append(f"          why:  {printable(f.detail)}")
 
     deep = report.deep
     if deep is not None:
         info = deep.to_json()
-        bits = [f"torch {info['torch_version']}" if info["torch_version"] else "torch not imported"]
+        bits = [f"torch {printable(info['torch_version'])}" if info["torch_version"] else "torch not imported"]
         if info["devices"] is not None:
             bits.append(f"{info['devices']} CUDA device(s)")
         bits.append(f"{info['duration_s']:.2f} s")

@@ -14,8 +14,9 @@ from typing import Any
 
 from ..findings import Finding, Status
 
-# XML 1.0 allows no control characters besides tab, newline and carriage return.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# XML 1.0 allows no control characters besides tab, newline and carriage return, and no lone
+# surrogate (which no encoding can write either).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _clean(text: str) -> str:

@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Status
+from .safe import printable
 from .text import badge, header
 
 GIB = 1 << 30
 
 
 def _cell(text: Any) -> str:
-    """Table cell text: one line, pipes escaped."""
+    """Table cell text: one line, pipes escaped, other control characters as visible escapes."""
     value = "" if text is None else str(text)
-    return value.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", "<br>").strip()
+    value = value.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", "<br>").strip()
+    return printable(value)
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:

@@ -1,4 +1,7 @@
-"""Rule catalogue views: `gpudoctor rules list` and `gpudoctor rules show`."""
+"""Rule catalogue views: `gpudoctor rules list` and `gpudoctor rules show`.
+
+A rule pack (--rules DIR) is outside content: its text is shown through render.safe (control
+characters as visible escapes; the newlines of a multi-line expression or paragraph kept)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 
 from ..engine.loader import Rule, RuleSet
 from ..findings import AREAS
+from .safe import printable, printable_flow, printable_lines
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:
@@ -35,7 +39,7 @@ def list_json(ruleset: RuleSet) -> str:
 
 
 def list_text(ruleset: RuleSet) -> str:
-    width = max([len(r.id) for r in ruleset.rules] + [4])
+    width = max([len(printable(r.id)) for r in ruleset.rules] + [4])
     lines = []
     for area, heading in AREAS.items():
         rules = [r for r in ruleset.rules if r.area == area]
@@ -43,7 +47,9 @@ def list_text(ruleset: RuleSet) -> str:
             continue
         lines.append(f"{heading}")
         for r in rules:
-            lines.append(f"  {r.id:<{width}}  {r.severity.value:<7}  {r.subject:<9}  {r.title}")
+            lines.append(
+                f"  {printable(r.id):<{width}}  {r.severity.value:<7}  {printable(r.subject):<9}  {printable(r.title)}"
+            )
     lines.append(f"\n{len(ruleset.rules)} rules. `gpudoctor rules show ID` explains one.")
     return "\n".join(lines) + "\n"
 
@@ -52,29 +58,29 @@ def show_text(rule: Rule) -> str:
     def block(label: str, text: str) -> list[str]:
         out = [f"{label}:"]
         for para in text.strip().splitlines():
-            out.extend(textwrap.wrap(para, 96, initial_indent="  ", subsequent_indent="  ") or [""])
+            out.extend(textwrap.wrap(printable_flow(para), 96, initial_indent="  ", subsequent_indent="  ") or [""])
         return out
 
     lines = [
-        f"{rule.id}: {rule.title}",
-        f"area: {AREAS.get(rule.area, rule.area)} · severity: {rule.severity.value} · subject: {rule.subject}"
-        + (f" · tags: {', '.join(rule.tags)}" if rule.tags else ""),
+        f"{printable(rule.id)}: {printable(rule.title)}",
+        f"area: {printable(AREAS.get(rule.area, rule.area))} · severity: {rule.severity.value} · "
+        f"subject: {printable(rule.subject)}" + (f" · tags: {printable(', '.join(rule.tags))}" if rule.tags else ""),
         "",
         *block("Why it matters", rule.why),
         "",
     ]
     if rule.applies:
-        lines.append(f"Applies when:  {rule.applies.source}")
-    lines.append(f"Fails when:    {rule.fail_if.source}")
-    lines.append(f"Reads:         {', '.join(rule.facts_used) or '-'}")
+        lines.append(f"Applies when:  {printable_lines(rule.applies.source)}")
+    lines.append(f"Fails when:    {printable_lines(rule.fail_if.source)}")
+    lines.append(f"Reads:         {printable(', '.join(rule.facts_used)) or '-'}")
     lines.append("")
     lines.extend(block("Message", rule.message.source))
     lines.append("")
     lines.extend(block("Fix", rule.fix.source))
     lines.append("")
     lines.append("References:")
-    lines.extend(f"  - {ref}" for ref in rule.refs)
+    lines.extend(f"  - {printable(ref)}" for ref in rule.refs)
     if rule.docs:
-        lines.append(f"Docs: {rule.docs}")
-    lines.append(f"Defined in {rule.source}:{rule.line}")
+        lines.append(f"Docs: {printable(rule.docs)}")
+    lines.append(f"Defined in {printable(rule.source)}:{rule.line}")
     return "\n".join(lines) + "\n"

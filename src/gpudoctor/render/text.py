@@ -3,6 +3,10 @@ evidence and the fix under each failure, a summary and a verdict at the end.
 
 Formatting only: no judging, no I/O beyond returning a string. Colour is
 applied by the caller's ``style`` function (identity when not a terminal).
+Every value from the facts, the findings or a rule pack goes through
+render.safe.printable (control characters as visible escapes) where it is
+interpolated, so it can neither send the terminal a control sequence nor
+start a line of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, Callable, Mapping
 from ..engine.expressions import format_value
 from ..facts import Unavailable
 from ..findings import AREAS, Finding, Report, Severity, Status
+from .safe import printable, printable_flow
 
 Style = Callable[..., str]
 
@@ -51,14 +56,14 @@ def _value(v: Any) -> str:
         from ..probes.files import format_cpulist
 
         return f"[{format_cpulist(v)}]"
-    text = format_value(v)
+    text = printable(format_value(v))
     if isinstance(v, str):
         text = f'"{text}"' if text == "" or " " in text else text
     return text if len(text) <= 70 else text[:67] + "..."
 
 
 def header(facts: Mapping[str, Any]) -> str:
-    """One line saying which machine this is about."""
+    """One line saying which machine this is about (its values escaped: render.safe.printable)."""
 
     def get(section: str, key: str) -> Any:
         s = facts.get(section)
@@ -95,7 +100,7 @@ def header(facts: Mapping[str, Any]) -> str:
     torch = facts.get("torch")
     if isinstance(torch, Mapping) and torch.get("installed") is True and isinstance(torch.get("version"), str):
         bits.append(f"torch {torch['version']}")
-    return " · ".join(bits)
+    return printable(" · ".join(bits))
 
 
 def not_answered(facts: Mapping[str, Any]) -> list[str]:
@@ -109,7 +114,7 @@ def not_answered(facts: Mapping[str, Any]) -> list[str]:
         if isinstance(leaf, Unavailable) and leaf.reason == "timeout":
             detail = leaf.detail.strip()
             if detail and detail not in out and not detail.startswith(("not read:", "the run's deadline passed")):
-                out.append(detail)
+                out.append(printable(detail))
     return out
 
 
@@ -119,7 +124,7 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
 
     lines.append(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts))
     if report.facts_origin != "live":
-        lines.append(f"facts: {report.facts_origin}")
+        lines.append(f"facts: {printable(report.facts_origin)}")
     late = not_answered(facts)
     if late:
         shown = "; ".join(late[:3]) + (f"; and {len(late) - 3} more" if len(late) > 3 else "")
@@ -127,8 +132,8 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
     by_area: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_area.setdefault(f.area, []).append(f)
-    rule_width = max([len(f.rule_id) for f in report.findings] + [10])
-    subject_width = max([len(f.subject.label) for f in report.findings if f.status is not Status.SKIP] + [4])
+    rule_width = max([len(printable(f.rule_id)) for f in report.findings] + [10])
+    subject_width = max([len(printable(f.subject.label)) for f in report.findings if f.status is not Status.SKIP] + [4])
     subject_width = min(subject_width, 24)
     folded = {} if verbose else _shared_causes(report.findings)
     folded_ids = {id(f) for group in folded.values() for f in group}
@@ -144,17 +149,23 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
             f, label = row
             b = badge(f)
             status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
-            lines.append(f"  {status} {f.rule_id:<{rule_width}}  {label:<{subject_width}}  {f.message}")
+            lines.append(
+                f"  {status} {printable(f.rule_id):<{rule_width}}  {printable(label):<{subject_width}}  "
+                f"{printable(f.message)}"
+            )
             if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) or verbose:
                 indent = " " * 10
                 if f.detail:
                     lines.extend(
                         textwrap.wrap(
-                            f.detail, WIDTH, initial_indent=f"{indent}why:  ", subsequent_indent=indent + "      "
+                            printable_flow(f.detail),
+                            WIDTH,
+                            initial_indent=f"{indent}why:  ",
+                            subsequent_indent=indent + "      ",
                         )
                     )
                 if f.evidence:
-                    read = "; ".join(f"{p} = {_value(v)}" for p, v in f.evidence)
+                    read = "; ".join(f"{printable(p)} = {_value(v)}" for p, v in f.evidence)
                     lines.extend(
                         textwrap.wrap(
                             read, WIDTH, initial_indent=f"{indent}read: ", subsequent_indent=indent + "      "
@@ -164,7 +175,7 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
                     for i, para in enumerate(f.fix.strip().splitlines()):
                         lines.extend(
                             textwrap.wrap(
-                                para,
+                                printable_flow(para),
                                 WIDTH,
                                 initial_indent=indent + ("fix:  " if i == 0 else "      "),
                                 subsequent_indent=indent + "      ",
@@ -179,13 +190,21 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
             source, _, reason = cause.partition(": ")
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
             name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch"}.get(source, source)
-            lines.append(f"  {status} {len(group)} checks need {name} facts, which are unavailable ({reason})")
+            lines.append(
+                f"  {status} {len(group)} checks need {printable(name)} facts, which are unavailable "
+                f"({printable(reason)})"
+            )
             detail = max((f.detail for f in group), key=len)
             if detail:
                 lines.extend(
-                    textwrap.wrap(detail, WIDTH, initial_indent=f"{indent}why:  ", subsequent_indent=indent + "      ")
+                    textwrap.wrap(
+                        printable_flow(detail),
+                        WIDTH,
+                        initial_indent=f"{indent}why:  ",
+                        subsequent_indent=indent + "      ",
+                    )
                 )
-            ids = ", ".join(dict.fromkeys(f.rule_id for f in group))
+            ids = ", ".join(dict.fromkeys(printable(f.rule_id) for f in group))
             lines.extend(
                 textwrap.wrap(
                     ids,
@@ -195,7 +214,7 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
                     break_on_hyphens=False,
                 )
             )
-            subjects = ", ".join(dict.fromkeys(f.subject.label for f in group))
+            subjects = ", ".join(dict.fromkeys(printable(f.subject.label) for f in group))
             lines.extend(
                 textwrap.wrap(subjects, WIDTH, initial_indent=f"{indent}on:   ", subsequent_indent=indent + "      ")
             )
@@ -272,7 +291,7 @@ def summary_lines(report: Report, style: Style = plain) -> list[str]:
             )
         )
         for f in blocking:
-            out.append(f"  - {f.rule_id} on {f.subject.label}: {f.title}")
+            out.append(f"  - {printable(f.rule_id)} on {printable(f.subject.label)}: {printable(f.title)}")
     else:
         note = ""
         if c["unknown"] or c["error"]:

@@ -1,4 +1,7 @@
-"""`gpudoctor tiers` output: the tier list as an aligned table or as JSON. Formatting only."""
+"""`gpudoctor tiers` output: the tier list as an aligned table or as JSON. Formatting only.
+
+In the text, names from the facts (this machine's GPUs), the table and the command line go
+through render.safe.printable."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any, Callable
 
 from ..advice.gpu_specs import RATE_FIELDS
 from ..advice.tiers import TierList, TierRow
+from .safe import printable
 
 Style = Callable[..., str]
 
@@ -29,14 +33,14 @@ def _link(row: dict[str, Any]) -> str:
     pcie = f"PCIe{row['pcie_gen']}" if isinstance(row.get("pcie_gen"), int) else "PCIe?"
     if not name:
         return pcie
-    short = str(name).replace(" bridge", "").replace("Infinity Fabric", "IF").replace("NVLink ", "NVLink")
+    short = printable(name).replace(" bridge", "").replace("Infinity Fabric", "IF").replace("NVLink ", "NVLink")
     return f"{pcie} {short} {_fmt(gbs)}" if gbs else f"{pcie} {short}"
 
 
 def _mark(r: TierRow) -> str:
     if not r.local:
         return ""
-    idx = [str(g.index) if g.index is not None else (g.bus_id or "?") for g in r.local]
+    idx = [str(g.index) if g.index is not None else printable(g.bus_id or "?") for g in r.local]
     return f"◀ this machine: GPU {', '.join(idx)}"
 
 
@@ -59,13 +63,13 @@ COLUMNS = (
 
 def _cells(r: TierRow, extra: str | None) -> list[str]:
     row = r.row
-    memory = f"{_fmt(row.get('memory_gb'))} {row.get('memory_type') or ''}".strip()
+    memory = f"{_fmt(row.get('memory_gb'))} {printable(row.get('memory_type') or '')}".strip()
     per_package = row.get("devices_per_package")
     if per_package and per_package > 1:
         memory += f" /{per_package}"
     cells = [
-        r.tier or "—",
-        str(row.get("name", r.id))[:30],
+        printable(r.tier or "—"),
+        printable(row.get("name", r.id))[:30],
         memory,
         _fmt(row.get("memory_bandwidth_gbs")),
         *[_fmt(row.get(k), 1) for k in RATE_FIELDS],
@@ -99,9 +103,9 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
     if tl.estimate is not None:
         est = tl.estimate
         lines.append("")
-        lines.append(style(f"Workload: {est.workload.describe()}", bold=True))
-        lines.append(f"  assumed shape: {est.shape.describe()}")
-        lines.extend(f"  {text}" for text in est.arithmetic())
+        lines.append(style(f"Workload: {printable(est.workload.describe())}", bold=True))
+        lines.append(f"  assumed shape: {printable(est.shape.describe())}")
+        lines.extend(f"  {printable(text)}" for text in est.arithmetic())
         fit = tl.machine_fit
         if fit is not None:
             verdict = (
@@ -111,7 +115,7 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
                 else f"does not fit on its {fit['gpus_here']} GPU(s) ({fit['per_gpu_gib']:,.0f} GiB needed per GPU, "
                 f"{fit['capacity_gib']:,.0f} GiB each)"
             )
-            lines.append(style(f"  This machine ({fit['spec_id']}): {verdict}", bold=True))
+            lines.append(style(f"  This machine ({printable(fit['spec_id'])}): {verdict}", bold=True))
     lines.append("")
 
     def fmt_row(cells: list[str]) -> str:
@@ -133,23 +137,29 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
             text = style(f"{text}  {mark}", bold=True, fg="green")
         lines.append(text)
     if tl.hidden:
-        names = ", ".join(str(r.row.get("name", r.id)) for r in tl.hidden)
+        names = ", ".join(printable(r.row.get("name", r.id)) for r in tl.hidden)
         lines.append("")
         lines.append(f"Left out ({len(tl.hidden)}), more than 8 would be needed: {names} (--all shows them)")
     unmatched = [g for g in tl.machine if not g.spec_id]
     matched = [g for g in tl.machine if g.spec_id]
     lines.append("")
     if matched:
-        described = [f"{g.label} {g.name or ''} → {g.spec_id} (by {g.matched_by})" for g in matched]
+        described = [
+            printable(f"{g.label} {g.name or ''}") + f" → {printable(g.spec_id)} (by {printable(g.matched_by)})"
+            for g in matched
+        ]
         lines.append("This machine: " + ", ".join(described))
     for g in unmatched:
-        why = f"candidates {', '.join(g.candidates)}" if g.candidates else "no row has its PCI id or name"
-        lines.append(f"This machine: {g.label} {g.name or g.pci_id or ''} is not in the table ({why})")
+        why = f"candidates {printable(', '.join(g.candidates))}" if g.candidates else "no row has its PCI id or name"
+        lines.append(
+            f"This machine: {printable(g.label)} {printable(g.name or g.pci_id or '')} is not in the table ({why})"
+        )
     if not tl.machine:
-        lines.append(f"This machine: no GPUs found{f' ({origin})' if origin else ''}")
+        lines.append(f"This machine: no GPUs found{f' ({printable(origin)})' if origin else ''}")
     sources = table.get("source")
     lines.append(
-        f"Figures from the vendors' datasheets (each row's source: --format json), read {table.get('retrieved', '?')}; "
+        f"Figures from the vendors' datasheets (each row's source: --format json), "
+        f"read {printable(table.get('retrieved', '?'))}; "
         f"table: rules/data/gpu_specs.yaml" + (f" ({len(sources)} sources)" if isinstance(sources, list) else "")
     )
     return "\n".join(lines) + "\n"

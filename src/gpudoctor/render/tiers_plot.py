@@ -206,31 +206,27 @@ def render_png(tl: TierList, path: str) -> None:
             fontsize=10,
         )
     fig.tight_layout()
-    import os
-    import tempfile
+    import io
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-plot.", suffix=".png", dir=directory)
-    os.close(fd)
+    from ..outputs import write_file
+
+    buffer = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=130, format="png")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a chart is not
-        os.replace(tmp, path)
+        fig.savefig(buffer, dpi=130, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_file(path, buffer.getvalue())  # the one output writer, as for every other output
 
 
 def write_plot(tl: TierList, path: str) -> None:
-    """Write the chart to path; the format follows the extension (.svg or .png)."""
+    """Write the chart to path; the format follows the extension (.svg or .png). Through
+    gpudoctor.outputs.write_file: OutputError when the path cannot be written."""
     lower = path.lower()
     if lower.endswith(".svg"):
-        from ..facts import write_atomic
+        from ..outputs import write_file
+        from .safe import terminal_safe
 
-        write_atomic(path, render_svg(tl))
+        write_file(path, terminal_safe(render_svg(tl)))  # no control character is valid XML
     elif lower.endswith(".png"):
         render_png(tl, path)
     else:

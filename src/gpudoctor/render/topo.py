@@ -1,7 +1,9 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
 PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
 
-Formatting only: the layout comes from advice.numa_topology, read from the facts.
+Formatting only: the layout comes from advice.numa_topology, read from the facts. In the text,
+every name from the facts (hostname, device, bus and interface names, notes) goes through
+render.safe.printable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..advice.numa_topology import (
     nics_from_facts,
     pair_nics,
 )
+from .safe import printable
 
 GIB = 1 << 30
 
@@ -95,9 +98,9 @@ def _simplify(branch: _Branch, depth: int) -> None:
 
 
 def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> str:
-    parts = [f"GPU {g.index if g.index is not None else '?'}", g.bus_id]
+    parts = [f"GPU {g.index if g.index is not None else '?'}", printable(g.bus_id)]
     if g.name:
-        parts.append(g.name)
+        parts.append(printable(g.name))
     gen, width = g.pci_int("link_gen"), g.pci_int("link_width")
     if gen is not None and width is not None:
         parts.append(f"Gen{gen} x{width}")
@@ -106,21 +109,21 @@ def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> str:
         parts.append(f"NVLink {active}/{links}")
     choice = pairs.get(g.bus_id)
     if choice is not None:
-        parts.append(f"→ {choice.nic.name}")
+        parts.append(f"→ {printable(choice.nic.name)}")
     return "  ".join(parts)
 
 
 def _nic_line(n: NicInfo) -> str:
-    parts = [f"NIC {n.name}", n.bus_id]
+    parts = [f"NIC {printable(n.name)}", printable(n.bus_id)]
     if n.net:
-        parts.append(",".join(n.net))
+        parts.append(printable(",".join(n.net)))
     return "  ".join(parts)
 
 
 def _label(branch: _Branch) -> str:
     if branch.key.startswith("pci"):
-        return f"host bridge {branch.key}"
-    return f"{'PCIe switch' if branch.size() > 1 else 'PCIe bridge'} {branch.key}"
+        return f"host bridge {printable(branch.key)}"
+    return f"{'PCIe switch' if branch.size() > 1 else 'PCIe bridge'} {printable(branch.key)}"
 
 
 def _sort_key(entry: Any) -> str:
@@ -171,12 +174,13 @@ def render_text(facts: Mapping[str, Any]) -> str:
     sockets = {c.package for c in topo.cpus.values() if c.package is not None}
     smt = {True: ", SMT on", False: ", SMT off", None: ""}[topo.smt_active]
     head = (
-        f"{lay.hostname} · {len(sockets) or '?'} socket(s) · {len(topo.nodes)} NUMA node(s) · "
-        f"{len(topo.online)} CPUs{smt} · {len(lay.gpus)} GPU(s) (from {lay.gpu_source}) · {len(lay.nics)} RDMA NIC(s)"
+        f"{printable(lay.hostname)} · {len(sockets) or '?'} socket(s) · {len(topo.nodes)} NUMA node(s) · "
+        f"{len(topo.online)} CPUs{smt} · {len(lay.gpus)} GPU(s) (from {printable(lay.gpu_source)}) · "
+        f"{len(lay.nics)} RDMA NIC(s)"
     )
     lines = [head]
     if topo.problem:
-        lines.append(f"  {topo.problem}")
+        lines.append(f"  {printable(topo.problem)}")
     groups: dict[int | None, list[Item]] = {}
     for g in lay.gpus:
         groups.setdefault(g.node if g.node in topo.nodes else None, []).append(g)
@@ -194,7 +198,7 @@ def render_text(facts: Mapping[str, Any]) -> str:
         lines.append("")
         lines.extend(_table(lay))
     for note in lay.notes:
-        lines.append(f"note: {note}")
+        lines.append(f"note: {printable(note)}")
     return "\n".join(lines) + "\n"
 
 
@@ -221,15 +225,15 @@ def _table(lay: Layout) -> list[str]:
         active, links = g.nvml_int("nvlink_active"), g.nvml_int("nvlink_links")
         nvlink = f"{active}/{links}" if active is not None and links else "-"
         choice = lay.pairs.get(g.bus_id)
-        nic = f"{choice.nic.name} ({choice.relation})" if choice else "-"
-        rows.append((str(g.index if g.index is not None else "?"), g.bus_id, node, cpus, nvlink, nic))
+        nic = f"{printable(choice.nic.name)} ({printable(choice.relation)})" if choice else "-"
+        rows.append((str(g.index if g.index is not None else "?"), printable(g.bus_id), node, cpus, nvlink, nic))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
         out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
     sources = sorted({g.node_source for g in lay.gpus if g.node_source != "sysfs numa_node"})
     for source in sources:
-        out.append(f"NUMA node from: {source}")
+        out.append(f"NUMA node from: {printable(source)}")
     islands = nvlink_island_lists(lay.gpus)
     if islands:
         shown = " · ".join("GPUs " + ",".join(str(i) for i in island) for island in islands)

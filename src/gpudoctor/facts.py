@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from . import __version__
@@ -141,41 +139,32 @@ def dumps(snapshot: Mapping[str, Any]) -> str:
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write text so that readers never see a half-written file."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    """Write text so that readers never see a half-written file.
+
+    The one output writer, gpudoctor.outputs.write_file: a regular file (or a missing one) is
+    replaced atomically with a file of mode 0666 less the umask, so that reports written into a
+    shared directory (one per rank) stay readable by whoever collects them; a device or FIFO is
+    written in place; a directory or a symbolic link to a regular file is refused. Raises
+    OSError (an OutputError's one-line text as its strerror) when the path cannot be written."""
+    from .outputs import OutputError, write_file
+
     try:
-        # mkstemp makes the file 0600; give it the mode a plain open() would, so that reports
-        # written into a shared directory (one per rank) stay readable by whoever collects them.
-        os.fchmod(fd, _new_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _new_file_mode() -> int:
-    umask = os.umask(0o022)  # the only portable way to read it is to set it
-    os.umask(umask)
-    return 0o666 & ~umask
+        write_file(path, text)
+    except OutputError as exc:
+        raise OSError(0, exc.why, os.fspath(path)) from None
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a snapshot file; raise SnapshotError with a clear message."""
+    """Read and validate a snapshot file; raise SnapshotError with a clear message.
+
+    The file is read as every untrusted input is (gpudoctor.inputs): a regular file only, at
+    most MAX_SNAPSHOT_BYTES, so a FIFO or /dev/zero is refused instead of hanging or filling memory."""
+    from .inputs import MAX_SNAPSHOT_BYTES, InputError, read_text_input
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SnapshotError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc}") from None
+        text = read_text_input(path, MAX_SNAPSHOT_BYTES, "snapshot")
+    except InputError as exc:
+        raise SnapshotError(str(exc)) from None
     return parse_snapshot(text, str(path))
 
 
@@ -184,32 +173,17 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
 MAX_SNAPSHOT_DEPTH = 64
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-    return False
-
-
 def parse_snapshot(text: str, origin: str = "<snapshot>") -> dict[str, Any]:
+    """Strict JSON (gpudoctor.inputs.parse_json: no NaN or Infinity, bounded integers and
+    nesting, lone surrogates replaced), then the schema; SnapshotError on any problem."""
+    from .inputs import InputError, parse_json, type_name
+
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(
-            f"{origin}: not a gpudoctor snapshot: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except RecursionError:
-        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: nested too deeply to read") from None
+        data = parse_json(text, origin, "gpudoctor snapshot", MAX_SNAPSHOT_DEPTH)
+    except InputError as exc:
+        raise SnapshotError(str(exc)) from None
     if not isinstance(data, dict):
-        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: top level is {type(data).__name__}, not an object")
-    if _deeper_than(data, MAX_SNAPSHOT_DEPTH):
-        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: nested deeper than {MAX_SNAPSHOT_DEPTH} levels")
+        raise SnapshotError(f"{origin}: not a gpudoctor snapshot: top level is {type_name(data)}, not an object")
     version = data.get("schema_version")
     if version is None:
         raise SnapshotError(f"{origin}: not a gpudoctor snapshot: no schema_version")

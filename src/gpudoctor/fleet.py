@@ -9,13 +9,14 @@ name the same node, the newest gate report (``generated_at``), else the last one
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-_MODELS = re.compile(r"(\d+)× ([^,]+)")
+# "2× NVIDIA H200" in a check report's host line. The line comes from a report file (outside
+# input): the count starts only where a run of digits starts and is at most 6 digits, so a
+# line of 100 000 digits is one linear scan, not a quadratic one.
+_MODELS = re.compile(r"(?<!\d)(\d{1,6})× ([^,]+)")
 
 
 class ReportError(Exception):
@@ -54,18 +55,13 @@ def _node_from_host_line(host: str) -> str:
 
 
 def load_report(path: str) -> NodeResult:
+    from .inputs import MAX_REPORT_BYTES, InputError, load_json_file
     from .schemas import validate
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{path}: not a gpudoctor report: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        data = load_json_file(path, MAX_REPORT_BYTES, "gpudoctor report")
+    except InputError as exc:
+        raise ReportError(str(exc)) from None
     if not isinstance(data, dict) or "report_schema_version" not in data:
         raise ReportError(f"{path}: not a gpudoctor report (no report_schema_version; a facts snapshot?)")
     kind = "gate" if data.get("kind") == "gate" else "check"

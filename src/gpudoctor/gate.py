@@ -195,12 +195,13 @@ def _yaml_line(data: Any, where: str) -> int | None:
 
 def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
     """Validate a policy mapping (from YAML or a dict) and build a Policy."""
+    from .inputs import type_name
     from .schemas import validate
 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise PolicyError(f"{source}: a policy is a mapping of keys (expect, fail_on, ...), not {type(data).__name__}")
+        raise PolicyError(f"{source}: a policy is a mapping of keys (expect, fail_on, ...), not {type_name(data)}")
     problem = validate("policy", data)
     if problem:
         where = problem.split(":", 1)[0]
@@ -232,11 +233,8 @@ def load_policy(path: str | Path) -> Policy:
     """Read a policy YAML file; PolicyError names the file and line of any problem."""
     from .engine.loader import RuleLoadError, read_yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise PolicyError(f"{path}: no such policy file")
     try:
-        data = read_yaml(p)
+        data = read_yaml(Path(path), "policy file")
     except RuleLoadError as exc:
         raise PolicyError(str(exc)) from None
     return policy_from_mapping(data, str(path))
@@ -676,15 +674,17 @@ def judge(
     extra: Iterable[Finding] = (),
     facts_origin: str = "live",
     duration_s: float = 0.0,
+    deadline: float | None = None,
 ) -> GateReport:
-    """Run the policy's checks over the facts and decide. Pure: reads nothing but its arguments."""
+    """Run the policy's checks over the facts and decide. Pure: reads nothing but its arguments
+    (and the clock, against ``deadline``: rules not judged by then are unknown, cause timeout)."""
     from .engine.runner import run_rules, select
     from .engine.subjects import gpu_subjects
 
     rule_keys = _rule_keys(ruleset)
     ignored = set(policy.ignore)
     rules = select(ruleset.rules, (), policy.ignore)
-    findings = run_rules(ruleset, facts, rules)
+    findings = run_rules(ruleset, facts, rules, deadline=deadline)
     gate_findings = expectation_findings(facts, policy, gpu_subjects(facts))
     if deep_result is not None:
         from .deep import deep_findings
@@ -818,6 +818,8 @@ def run(
             deep_result = deep_run.cancel("NVML did not answer, so the driver is not responding", "nvml: timeout")
         else:
             deep_result = deep_run.result()
+    from .engine.runner import judging_deadline
+
     return judge(
         facts,
         ruleset,
@@ -825,6 +827,7 @@ def run(
         deep_result=deep_result,
         facts_origin=origin,
         duration_s=time.monotonic() - started,
+        deadline=judging_deadline(deadline),
     )
 
 

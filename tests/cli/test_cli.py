@@ -108,7 +108,7 @@ def test_probe_snapshot_roundtrip_gives_the_same_verdict(capsys, tmp_path):
     [
         ("", "invalid JSON"),
         ('{"schema_version": 1, "host": ', "invalid JSON"),
-        ("[1, 2]", "top level is list"),
+        ("[1, 2]", "top level is a list"),
         ('{"hello": 1}', "no schema_version"),
         ('{"schema_version": 99, "gpudoctor_version": "9.0"}', "newer than this gpudoctor"),
         ('{"schema_version": "1"}', "must be an integer"),

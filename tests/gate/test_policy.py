@@ -77,7 +77,7 @@ def test_bad_policy_on_the_command_line_exits_2_without_traceback(capsys, tmp_pa
     code, out, err = cli(capsys, "gate", "--root", HEALTHY, "--policy", path)
     assert code == 2 and path in err and "gpu" in err and "Traceback" not in out + err
     code, _, err = cli(capsys, "gate", "--root", HEALTHY, "--policy", str(tmp_path / "missing.yaml"))
-    assert code == 2 and "no such policy file" in err
+    assert code == 2 and "missing.yaml: no such file" in err
 
 
 def test_selectors_must_name_a_rule_area_tag_or_gate_check():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +72,15 @@ def test_truncated_by_one_byte_at_every_line_end(capsys: pytest.CaptureFixture[s
         (b"hello", "invalid JSON"),
         (b"schema_version: 1\nhost: {}\n", "invalid JSON"),  # YAML, not JSON
         (b"<html><body>502 Bad Gateway</body></html>", "invalid JSON"),
-        (b"\x89PNG\r\n\x1a\n\x00\x00", "cannot read"),
-        (b"\xff\xfe{\x00}\x00", "cannot read"),  # UTF-16
-        (b"\xef\xbb\xbf{}", "invalid JSON"),  # a UTF-8 byte order mark
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (byte 0x89)"),
+        (b"\xff\xfe{\x00}\x00", "not UTF-8 text"),  # UTF-16
+        (b"\xef\xbb\xbf{}", "no schema_version"),  # a UTF-8 byte order mark is read past
         (b"\x00" * 64, "invalid JSON"),
-        (b"null", "top level is NoneType"),
-        (b"[1, 2]", "top level is list"),
-        (b'"a string"', "top level is str"),
-        (b"42", "top level is int"),
-        (b"NaN", "top level is float"),
+        (b"null", "top level is null"),
+        (b"[1, 2]", "top level is a list"),
+        (b'"a string"', "top level is a string"),
+        (b"42", "top level is an integer"),
+        (b"NaN", "NaN is not JSON"),
         (b"{}", "no schema_version"),
         (b'{"hello": 1}', "no schema_version"),
         (b"[" * 100000, "nested too deeply"),
@@ -214,16 +215,16 @@ def test_unreadable_and_missing_files(capsys: pytest.CaptureFixture[str], tmp_pa
     code, output = check(capsys, missing)
     assert_refused(code, output, missing, "no such file")
     denied = write(tmp_path, DATA)
-    real = Path.read_text
+    real = os.open
 
-    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
-        if self == denied:  # tests run as root, where mode 000 denies nothing
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self, *args, **kwargs)
+    def deny(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path) == str(denied):  # tests run as root, where mode 000 denies nothing
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(os, "open", deny)
     code, output = check(capsys, denied)
-    assert_refused(code, output, denied, "cannot read", "Permission denied")
+    assert_refused(code, output, denied, "cannot open snapshot", "Permission denied")
 
 
 def test_a_directory_is_not_a_snapshot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -273,15 +273,16 @@ def test_missing_recording_is_library_not_found(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ('{"format": 1, "devices": [', "not valid JSON (line 1 column"),
-        ("[1, 2]", "top level is list, not an object"),
+        ('{"format": 1, "devices": [', "invalid JSON at line 1 column"),
+        ("[1, 2]", "top level is a list, not an object"),
         ('{"format": 2}', "format is 2, this gpudoctor reads format 1"),
         ('{"format": 1, "devices": {}}', "'devices' is not a list"),
         ('{"format": 1, "init": 5}', "init must be null"),
         ('{"format": 1, "devices": [{"nvmlDeviceGetName": {"error": "NVML_ERROR_BOGUS"}}]}',
          "devices[0].nvmlDeviceGetName: unknown NVML error NVML_ERROR_BOGUS"),
         ('{"format": 1, "system": {"nvmlDeviceGetCount": 3}, "devices": [{}]}', "only 1 devices are recorded"),
-        ("\xff\xfe", "not valid JSON"),
+        ("\xff\xfe", "invalid JSON"),
+        ('{"format": 1, "devices": [{"nvmlDeviceGetTemperature": NaN}]}', "NaN is not JSON"),
     ],
 )
 def test_corrupt_recording_is_an_error_not_an_exception(tmp_path: Path, text: str, problem: str) -> None:

@@ -37,69 +37,15 @@ class RuleLoadError(Exception):
         self.message = message
 
 
-class _LineDict(dict):  # type: ignore[type-arg]
-    line: int = 0
+def read_yaml(path: Path, what: str = "rule file") -> Any:
+    """A rule file, data table or policy: read and parsed as every untrusted input is
+    (gpudoctor.inputs: a bounded regular file, safe YAML, aliases and numbers bounded)."""
+    from ..inputs import InputError, load_yaml_file
 
-
-class _LineList(list):  # type: ignore[type-arg]
-    # Where the list and each of its items start, so that a problem with any item (even a
-    # scalar or a nested list, which cannot carry a line themselves) is reported at its line.
-    line: int = 0
-    item_lines: tuple[int, ...] = ()
-
-
-def _loader_class() -> type:
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class LineLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node: Any, deep: bool = False) -> _LineDict:
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
-                    )
-                seen[key] = key_node.start_mark.line
-            mapping = _LineDict(super().construct_mapping(node, deep=True))
-            mapping.line = node.start_mark.line + 1
-            return mapping
-
-        def construct_sequence(self, node: Any, deep: bool = False) -> _LineList:
-            sequence = _LineList(super().construct_sequence(node, deep=True))
-            sequence.line = node.start_mark.line + 1
-            sequence.item_lines = tuple(item.start_mark.line + 1 for item in node.value)
-            return sequence
-
-    LineLoader.add_constructor("tag:yaml.org,2002:map", LineLoader.construct_mapping)
-    LineLoader.add_constructor("tag:yaml.org,2002:seq", LineLoader.construct_sequence)
-    return LineLoader
-
-
-_LOADER: type | None = None
-
-
-def read_yaml(path: Path) -> Any:
-    import yaml  # here, not at the top: a cached rule set needs no YAML at all
-
-    global _LOADER
-    if _LOADER is None:
-        _LOADER = _loader_class()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleLoadError(str(path), None, f"cannot read: {exc}") from None
-    try:
-        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        problem = exc.problem or str(exc)
-        raise RuleLoadError(str(path), line, f"YAML error: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise RuleLoadError(str(path), None, f"YAML error: {exc}") from None
+        return load_yaml_file(path, what)
+    except InputError as exc:
+        raise RuleLoadError(exc.path, exc.line, exc.message) from None
 
 
 @dataclass(frozen=True)
@@ -227,7 +173,7 @@ def load_tables(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         return tables
     for path in sorted(directory.glob("*.yaml")):
-        data = read_yaml(path)
+        data = read_yaml(path, "data table")
         if isinstance(data, dict) and isinstance(data.get("retrieved"), datetime.date):
             data["retrieved"] = data["retrieved"].isoformat()  # YAML reads unquoted dates as dates
         problem = validate("table", data)
@@ -356,14 +302,14 @@ def load_rules(
 
     files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
     files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
-    cache_key = rule_cache.key([*dirs, *files])
-    cached = rule_cache.load(cache_key)
-    if isinstance(cached, RuleSet):
+    cache_key = rule_cache.key(dirs, files)  # a hash of the files' bytes; None: no caching
+    cached = rule_cache.load_ruleset(cache_key)
+    if cached is not None:
         return cached
     ruleset = _load_uncached(dirs)
-    for rule in ruleset.rules:
-        _ = rule.names_used  # worked out once here, so cached rule sets carry it
-    rule_cache.store(cache_key, ruleset)
+    loaded = {*ruleset.sources, *(table["path"] for table in ruleset.tables.values())}
+    if cache_key is not None and loaded == {str(p) for p in files} and rule_cache.key(dirs, files) == cache_key:
+        rule_cache.store_ruleset(cache_key, ruleset)  # only if no file changed, came or went meanwhile
     return ruleset
 
 

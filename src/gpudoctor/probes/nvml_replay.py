@@ -71,13 +71,16 @@ child process), never at import time of this module.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
+from ..inputs import InputError, parse_json, type_name
+
 FORMAT = 1
+# A recording of 8 GPUs is about 100 KB.
+MAX_ANSWERS_BYTES = 16 << 20
 
 # Function -> position (among the arguments after the handle) of its
 # buffer-size argument, which is not part of the recorded key.
@@ -108,21 +111,24 @@ class ReplayUnavailable(Exception):
 
 
 def load_answers(path: str | Path) -> dict[str, Any]:
-    """Read and check a recorded-answers file; raise ReplayUnavailable with a clear detail."""
+    """Read and check a recorded-answers file; raise ReplayUnavailable with a clear detail.
+
+    The file is outside input (a fixture or image root): read as gpudoctor.inputs reads every such
+    file (a regular file, bounded, strict JSON), and a symbolic link is not followed: the path
+    comes from ProbeContext.recorded, which has resolved the name inside the root already."""
+    from ..inputs import read_text_input
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReplayUnavailable("not_found", f"no recorded NVML answers at {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReplayUnavailable("error", f"recorded NVML answers at {path} cannot be read: {exc}") from None
+        text = read_text_input(path, MAX_ANSWERS_BYTES, "recorded NVML answers file", follow=False)
+    except InputError as exc:
+        reason = "not_found" if exc.message == "no such file" else "error"
+        detail = f"no recorded NVML answers at {path}" if reason == "not_found" else str(exc)
+        raise ReplayUnavailable(reason, detail) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReplayUnavailable(
-            "error",
-            f"recorded NVML answers at {path} are not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})",
-        ) from None
+        data = parse_json(text, str(path), "recorded NVML answers file")
+    except InputError as exc:
+        raise ReplayUnavailable("error", f"recorded NVML answers at {path} are unusable: {exc.message}") from None
     problem = check_answers(data)
     if problem:
         raise ReplayUnavailable("error", f"recorded NVML answers at {path} are unusable: {problem}")
@@ -132,7 +138,7 @@ def load_answers(path: str | Path) -> dict[str, Any]:
 def check_answers(data: Any, error_names: Callable[[str], bool] | None = None) -> str | None:
     """Return the first problem with a recorded-answers document, or None."""
     if not isinstance(data, dict):
-        return f"top level is {type(data).__name__}, not an object"
+        return f"top level is {type_name(data)}, not an object"
     if data.get("format") != FORMAT:
         return f"format is {data.get('format')!r}, this gpudoctor reads format {FORMAT}"
     init = data.get("init")

@@ -61,7 +61,7 @@ def validate(name: str, data: Any) -> str | None:
             ]
             if exc.rule == "anyOf" and len(branches) == 1 and exc.name:
                 # descend: validate the failing value against the real branch
-                prefix = exc.name
+                prefix = exc.name.replace("data", prefix, 1)
                 data = exc.value
                 sub = dict(branches[0])
                 sub["$defs"] = schema.get("$defs", {})

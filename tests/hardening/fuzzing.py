@@ -7,10 +7,13 @@ snapshot or a SnapshotError, rules or a RuleLoadError — never another exceptio
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from hypothesis import HealthCheck, settings
 
 from gpudoctor.context import ProbeContext
 from gpudoctor.engine import factpaths
@@ -26,6 +29,21 @@ from gpudoctor.probes.files import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.render.json_report import render as render_json
 from gpudoctor.render.text import render as render_text
 from tests.conftest import SNAPSHOTS, probed
+
+SCALE = int(os.environ.get("GPUDOCTOR_FUZZ_EXAMPLES", "0"))
+
+
+def fuzz(examples: int) -> Any:
+    """Modest, derandomised hypothesis settings (the same examples on every CI run);
+    GPUDOCTOR_FUZZ_EXAMPLES=5000 GPUDOCTOR_FUZZ_RANDOM=1 explores further by hand."""
+    return settings(
+        max_examples=SCALE or examples,
+        deadline=None,
+        database=None,
+        derandomize=not os.environ.get("GPUDOCTOR_FUZZ_RANDOM"),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
+
 
 TABLES = load_tables(builtin_rules_dir() / "data")
 RULES = None  # loaded on first use (tests that never run rules do not pay for it)

@@ -10,29 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpudoctor.probes.files import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.probes.pci import GEN_BY_SPEED
 from tests.hardening import fuzzing
-
-SCALE = int(os.environ.get("GPUDOCTOR_FUZZ_EXAMPLES", "0"))
-
-
-def fuzz(examples: int) -> Any:
-    return settings(
-        max_examples=SCALE or examples,
-        deadline=None,
-        database=None,
-        derandomize=not os.environ.get("GPUDOCTOR_FUZZ_RANDOM"),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
+from tests.hardening.fuzzing import fuzz
 
 # --- cpulists ---------------------------------------------------------------------------------
 

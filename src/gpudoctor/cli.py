@@ -314,7 +314,12 @@ def main() -> None:
     help="Judge this snapshot (from `gpudoctor probe`) instead of probing the machine.",
 )
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the report here (a file is replaced atomically; a device or FIFO written).",
+)
 @rule_dir_options
 @click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")

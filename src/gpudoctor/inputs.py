@@ -321,6 +321,11 @@ def parse_yaml(text: str, origin: str) -> Any:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or str(exc)
         raise InputError(origin, f"YAML error: {_one_line(problem)}", mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow; has no mark, only a position
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        problem = f"character {char!r} is not allowed in YAML" if char is not None else exc.reason
+        raise InputError(origin, f"YAML error: {_one_line(str(problem))}", line) from None
     except yaml.YAMLError as exc:
         raise InputError(origin, f"YAML error: {_one_line(str(exc))}") from None
     except RecursionError:

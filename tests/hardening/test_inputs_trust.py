@@ -309,6 +309,10 @@ def test_yaml_errors_are_one_line_with_the_line_number(tmp_path: Path, capsys: p
     directory = rule_dir(tmp_path, RULE + "- id: [unclosed\n")
     line = refused(capsys, "YAML error:", "rules", "validate", directory)
     assert re.search(r"r\.yaml:1[12]: YAML error: ", line) and "<unicode string>" not in line
+    # a character YAML does not allow: PyYAML's message for it is two lines with no line number
+    (tmp_path / "rules" / "r.yaml").write_text(RULE.replace("Because.", "Be\x1bcause."))
+    line = refused(capsys, "r.yaml:9: YAML error: character '\\x1b' is not allowed", "rules", "validate", directory)
+    assert "position" not in line
 
 
 def test_no_internal_class_names_in_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -212,7 +212,12 @@ def _standalone() -> Any:
     )
     @click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Plan for this snapshot.")
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="shell", show_default=True)
-    @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here (atomically).")
+    @click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False),
+        help="Write the plan here (a file is replaced atomically; a device or FIFO written).",
+    )
     @numa_options
     @root_options
     def numa_plan_command(

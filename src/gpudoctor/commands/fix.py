@@ -70,7 +70,12 @@ def _flag(name: str) -> str:
     default=None,
     help="text (default; --numa: shell), json, or shell (a script of comments and commands to review).",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the output here (atomically).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the output here (a file is replaced atomically; a device or FIFO written).",
+)
 @rule_dir_options
 @click.option("--driver-version", metavar="V", help="--torch: the NVIDIA driver version to advise for.")
 @click.option(

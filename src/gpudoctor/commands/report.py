@@ -30,7 +30,12 @@ def command() -> None:
 @command.command("merge", epilog=MERGE_HELP)
 @click.argument("reports", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the summary here (atomically).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the summary here (a file is replaced atomically; a device or FIFO written).",
+)
 def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     """Which nodes fail which checks, counts per check and per GPU model."""
     import json

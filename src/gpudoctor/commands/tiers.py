@@ -47,7 +47,12 @@ snapshot or table, a plot it cannot write)."""
     "--vendor", "vendors", multiple=True, metavar="NAME", help="Only these vendors (nvidia, amd, intel, huawei)."
 )
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the list here (atomically).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the list here (a file is replaced atomically; a device or FIFO written).",
+)
 @click.option(
     "--plot", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png", help="Also draw the list as a chart."
 )

@@ -437,7 +437,10 @@ def test_torch_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     importlib.invalidate_caches()
     ctx = ProbeContext(env=child_env(site), torch_import=True)
     out = check(torch_probe.collect(ctx))
-    assert "torch" not in sys.modules
+    # the fake torch was imported by the child only (a real torch may be loaded here already: on a
+    # GPU host an earlier test's importorskip("torch") imports it into this process)
+    loaded = sys.modules.get("torch")
+    assert loaded is None or not str(getattr(loaded, "__file__", "")).startswith(str(site))
     assert out["version"] == "2.4.1+cu121"
     assert out["arch_list"] == ["sm_80", "sm_90", "compute_90"]
     assert out["arch_list_source"] == "import"

@@ -119,8 +119,8 @@ HOST = Subject("host", "host")
 
 def bounded_subject(subject: Subject) -> Subject:
     """The subject with a label, bus id and uuid of at most MAX_LABEL_CHARS (they come from the facts)."""
-    texts = (subject.label, subject.bus_id or "", subject.uuid or "")
-    if all(len(t) <= MAX_LABEL_CHARS + MARKER_ROOM for t in texts):
+    room = MAX_LABEL_CHARS + MARKER_ROOM
+    if len(subject.label) <= room and len(subject.bus_id or "") <= room and len(subject.uuid or "") <= room:
         return subject
     return dataclasses.replace(
         subject,
@@ -217,7 +217,22 @@ def _bounded_value(value: Any, room: int, depth: int = 0) -> tuple[Any, int]:
 
 
 def bounded_evidence(evidence: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], int]:
-    """Evidence cut to MAX_EVIDENCE_ITEMS facts of bounded size, and the text it costs."""
+    """Evidence cut to MAX_EVIDENCE_ITEMS facts of bounded size, and the text it costs (the
+    list itself when nothing in it needs cutting)."""
+    if len(evidence) <= MAX_EVIDENCE_ITEMS:
+        cost = 0
+        for path, value in evidence:  # most evidence: a few short paths to numbers and short strings
+            kind = type(value)
+            if len(path) > MAX_LABEL_CHARS + MARKER_ROOM:
+                break
+            if kind in _SCALARS:
+                cost += len(path) + 1
+            elif kind is str and len(value) <= MAX_TEXT_CHARS + MARKER_ROOM:
+                cost += len(path) + 1 + len(value)
+            else:
+                break
+        else:
+            return evidence, cost
     out: list[tuple[str, Any]] = []
     cost = 0
     for path, value in evidence[:MAX_EVIDENCE_ITEMS]:

@@ -184,6 +184,48 @@ def test_the_deadline_cuts_a_slow_run_short(tmp_path: Path) -> None:
     assert judged and timed_out and len(judged) + len(timed_out) == 1000
 
 
+def test_without_a_deadline_the_run_never_looks_at_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No deadline: no time.monotonic() per rule, subject or node; one far off: a look per
+    subject and every few hundred nodes, not one per node."""
+    facts = many_gpus(8)
+    calls = {"n": 0}
+    real = time.monotonic
+
+    def counting() -> float:
+        calls["n"] += 1
+        return real()
+
+    deadline = real() + 3600
+    monkeypatch.setattr(time, "monotonic", counting)
+    found = run_rules(RULES, facts)
+    assert calls["n"] == 0
+    assert [(f.rule_id, f.status, f.message, f.evidence) for f in run_rules(RULES, facts, deadline=deadline)] == [
+        (f.rule_id, f.status, f.message, f.evidence) for f in found
+    ]
+    assert 0 < calls["n"] <= 2 * len(found)
+
+
+def test_a_rule_judged_once_remembers_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sub-expressions are remembered only for a rule with several subjects (a GPU rule on a
+    host with more than one GPU): a host rule never asks for them again."""
+    caches: list[Any] = []
+
+    class Recorded(runner_module.RunCache):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            caches.append(self)
+
+    monkeypatch.setattr(runner_module, "RunCache", Recorded)
+    shared = 'max(values_of(gpus, "nvlink_active")) > 99 or len(gpus) > 4096'
+    host = rule_pack(tmp_path, [{"id": "host-only", "subject": "host", "fail_if": shared, "message": "m"}])
+    gpu = rule_pack(tmp_path, [{"id": "per-gpu", "subject": "gpu", "fail_if": shared, "message": "m"}])
+    facts = many_gpus(4)
+    assert [f.status for f in run_rules(host, facts)] == [Status.PASS]
+    assert not caches[-1].nodes
+    assert [f.status for f in run_rules(gpu, facts)] == [Status.PASS] * 4
+    assert caches[-1].nodes
+
+
 # --- 2. bounded messages, evidence and reports ------------------------------------------------
 
 

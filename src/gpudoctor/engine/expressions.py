@@ -34,6 +34,7 @@ format spec's width and precision are at most two digits, checked at load and ag
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import re
 import string
@@ -43,7 +44,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from packaging.version import Version
-from simpleeval import DEFAULT_OPERATORS, EvalWithCompoundTypes, InvalidExpression, IterableTooLong
+from simpleeval import (
+    DEFAULT_OPERATORS,
+    EvalWithCompoundTypes,
+    FeatureNotAvailable,
+    InvalidExpression,
+    IterableTooLong,
+)
 
 from ..facts import Unavailable
 from ..findings import MAX_TEXT_CHARS, cut_marker
@@ -112,6 +119,8 @@ SUBJECT_NAMES = frozenset({"gpu", "node", "nic"})
 _MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript)
 # How many nodes are evaluated between two looks at the clock.
 _DEADLINE_TICKS = 256
+# Nodes whose value is built by the evaluation, so measured (see _Evaluator.cells).
+_BUILDING = frozenset({ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call})
 
 
 class ExpressionError(ValueError):
@@ -202,6 +211,14 @@ def _safe_mod(a: Any, b: Any) -> Any:
     return a % b
 
 
+def _no_check(evaluator: Any, item: Any) -> None:
+    pass
+
+
+# simpleeval's check of a value for modules and forbidden functions (1.0.5 and later; before,
+# it had none). _Evaluator calls it for every value a node gives (see _Evaluator._eval).
+_simpleeval_check: Callable[[Any, Any], None] = getattr(EvalWithCompoundTypes, "_check_disallowed_items", _no_check)
+
 OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
 OPERATORS[ast.Mod] = _safe_mod
 
@@ -221,12 +238,18 @@ class RunCache:
 
     The runner makes one per run, registers the run's gpus list with :meth:`share` and sets
     :attr:`reads` to the evidence list of each rule and subject before evaluating it: the facts
-    a remembered sub-expression read are added to it again on each use.
+    a remembered sub-expression read are added to it again on each use. It sets
+    :attr:`remember` to whether the rule it evaluates has more than one subject: sub-expressions
+    of a rule judged once (a host rule) are never asked for again, so they are not remembered.
     """
 
     def __init__(self, deadline: float | None = None) -> None:
         self.deadline = deadline  # a time.monotonic() value, or None
         self.reads: list[tuple[str, Any]] = []
+        self.remember = True
+        # Nodes evaluated until the next look at the clock (carried from one evaluation to the
+        # next; without a deadline, never).
+        self.ticks = _DEADLINE_TICKS if deadline is not None else _NEVER
         # id(node) -> (node, raised?, value or exception, reads made while evaluating it)
         self.nodes: dict[int, tuple[ast.AST, bool, Any, tuple[tuple[str, Any], ...]]] = {}
         # (function, arguments) -> (raised?, value or exception)
@@ -234,7 +257,6 @@ class RunCache:
         # id -> (value, size) of run-wide values already measured and checked
         self.known: dict[int, tuple[Any, int]] = {}
         self.shared: dict[int, Any] = {}  # id -> list whose identity keys remembered calls
-        self._free: dict[int, tuple[ast.AST, frozenset[int]]] = {}
 
     def share(self, value: list[Any]) -> list[Any]:
         self.shared[id(value)] = value
@@ -245,29 +267,30 @@ class RunCache:
         """A reads list that records nothing."""
         return _Discard()
 
-    def free_nodes(self, tree: ast.AST) -> frozenset[int]:
-        """ids of the nodes of ``tree`` worth remembering that name no subject variable."""
-        hit = self._free.get(id(tree))
-        if hit is not None and hit[0] is tree:
-            return hit[1]
-        out: set[int] = set()
-
-        def visit(node: ast.AST) -> bool:  # does it depend on the subject?
-            dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
-            for child in ast.iter_child_nodes(node):
-                dependent = visit(child) or dependent
-            if not dependent and isinstance(node, _MEMO_NODES):
-                out.add(id(node))
-            return dependent
-
-        visit(tree)
-        found = frozenset(out)
-        self._free[id(tree)] = (tree, found)
-        return found
-
     def check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise DeadlineExceeded("the run's deadline passed")
+
+
+_NEVER = 1 << 62
+_NOTHING: frozenset[int] = frozenset()
+
+
+def free_nodes(tree: ast.AST) -> frozenset[int]:
+    """ids of the nodes of ``tree`` worth remembering that name no subject variable (what
+    compile_expression finds while it checks an expression)."""
+    out: set[int] = set()
+
+    def visit(node: ast.AST) -> bool:  # does it depend on the subject?
+        dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
+        for child in ast.iter_child_nodes(node):
+            dependent = visit(child) or dependent
+        if not dependent and isinstance(node, _MEMO_NODES):
+            out.add(id(node))
+        return dependent
+
+    visit(tree)
+    return frozenset(out)
 
 
 _HASHABLE = frozenset({bool, int, float, str, type(None)})
@@ -388,27 +411,50 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
     def _check_disallowed_items(self, item: Any) -> None:
         # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
         # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
+        kind = type(item)
+        if kind in _NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
+            return
         if self._builds:
+            if kind is int:
+                _check_int(item)
+                return
             self.cells(item)
+        if kind in _PLAIN:
+            return
         run = self._run
-        if run is not None and type(item) in (list, tuple):
+        if run is not None and (kind is list or kind is tuple):
             hit = run.known.get(id(item))
             if hit is not None and hit[0] is item:
                 return  # checked when the run first made it (the gpus list, a remembered result)
         if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= _PLAIN:
             return  # nothing in a flat list of plain values can be a module or a function
-        super()._check_disallowed_items(item)
+        _simpleeval_check(self, item)
 
     def _eval(self, node: ast.AST) -> Any:
         run = self._run
-        if run is None:
-            return self._eval_node(node)
-        self._ticks -= 1
-        if self._ticks <= 0:
-            self._ticks = _DEADLINE_TICKS
-            run.check_deadline()
-        if id(node) not in self._free:
-            return self._eval_node(node)
+        if run is not None:
+            self._ticks -= 1
+            if self._ticks <= 0:
+                self._ticks = _DEADLINE_TICKS
+                run.check_deadline()
+            if id(node) in self._free:
+                return self._eval_remembered(node, run)
+        # = self._eval_node(node), without the call: this runs for every node evaluated
+        kind = type(node)
+        outer = self._builds
+        self._builds = kind in _BUILDING  # (children set and restore the flag before this node's check)
+        try:
+            handler = self.nodes.get(kind)
+            if handler is None:
+                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
+            value = handler(node)
+            self._check_disallowed_items(value)  # measures what the node built (see cells)
+        finally:
+            self._builds = outer
+        return value
+
+    def _eval_remembered(self, node: ast.AST, run: RunCache) -> Any:
+        """A node that names no subject variable: evaluated once per run, then replayed."""
         hit = run.nodes.get(id(node))
         if hit is not None and hit[0] is node:
             _, raised, value, reads = hit
@@ -432,15 +478,17 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         return value
 
     def _eval_node(self, node: ast.AST) -> Any:
-        outer, self._builds = self._builds, isinstance(node, (ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call))
+        kind = type(node)
+        outer = self._builds
+        self._builds = kind in _BUILDING
         try:
-            value = super()._eval(node)  # (children set and restore the flag before this node's check)
+            handler = self.nodes.get(kind)
+            if handler is None:
+                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
+            value = handler(node)
+            self._check_disallowed_items(value)
         finally:
             self._builds = outer
-        if isinstance(node, (ast.List, ast.Tuple, ast.Call)):
-            self.cells(value)
-        elif isinstance(node, ast.UnaryOp) and isinstance(value, int):
-            _check_int(value)
         return value
 
     def _eval_binop(self, node: ast.BinOp) -> Any:
@@ -502,7 +550,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             if type(value) in (list, tuple):
                 # measured and checked once, here (a value too large is an error each time after)
                 size = self.cells(value)
-                super()._check_disallowed_items(value)
+                _simpleeval_check(self, value)
                 run.known[id(value)] = (value, size)
         except _NOT_REMEMBERED:
             raise
@@ -526,6 +574,27 @@ class Expression:
     source: str
     tree: ast.AST
     paths: tuple[str, ...]
+    # ids of the nodes of ``tree`` worth remembering in a run (see RunCache) that name no subject
+    # variable; found while the expression is checked (None: found on first use).
+    free: frozenset[int] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The names it reads (facts sections, the subject variable, gpus; not the helpers it calls),
+    # also found while it is checked (None: found on first use).
+    names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def free_nodes(self) -> frozenset[int]:
+        free = self.free
+        if free is None:
+            free = free_nodes(self.tree)
+            object.__setattr__(self, "free", free)
+        return free
+
+    def names_read(self) -> frozenset[str]:
+        names = self.names
+        if names is None:
+            called = {id(n.func) for n in ast.walk(self.tree) if isinstance(n, ast.Call)}
+            names = frozenset(n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and id(n) not in called)
+            object.__setattr__(self, "names", names)
+        return names
 
     def evaluate(
         self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
@@ -538,13 +607,17 @@ class Expression:
         evaluator._sizes = {}
         evaluator._builds = False
         evaluator._run = run
-        evaluator._free = run.free_nodes(self.tree) if run is not None else frozenset()
+        if run is not None:
+            evaluator._free = self.free_nodes() if run.remember else _NOTHING
+            evaluator._ticks = run.ticks
         evaluator.busy = True
         try:
             return evaluator.eval(self.source, previously_parsed=self.tree)
         finally:
             evaluator.busy = False
-            evaluator._run = None
+            if run is not None:
+                run.ticks = evaluator._ticks
+                evaluator._run = None
 
 
 # One evaluator per thread and function table, reused from one evaluation to the next: building
@@ -586,8 +659,11 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
     except (ValueError, MemoryError, RecursionError) as exc:  # Python < 3.12: NUL bytes are a ValueError
         raise ExpressionError(f"invalid expression: {exc}") from None
     paths: list[str] = []
+    free: set[int] = set()  # see Expression.free
+    names: set[str] = set()  # see Expression.names
 
-    def visit(node: ast.AST, depth: int) -> None:
+    def visit(node: ast.AST, depth: int) -> bool:
+        """Check the node; True when it names the subject variable (is not the same for every subject)."""
         if depth > MAX_DEPTH:
             raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
         if not isinstance(node, ALLOWED_NODES):
@@ -599,7 +675,8 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
                 raise ExpressionError("integer constant too large")
             if isinstance(node.value, bytes) or node.value is Ellipsis:
                 raise ExpressionError("bytes and ... are not allowed")
-            return
+            return False
+        dependent = False
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 name = getattr(node.func, "id", None) or ast.unparse(node.func)
@@ -612,34 +689,44 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
             for arg in node.args:
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("*args is not allowed")
-                visit(arg, depth + 1)
-            return
-        if (
+                dependent = visit(arg, depth + 1) or dependent
+        elif (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.Mod)
             and isinstance(node.left, ast.Constant)
             and isinstance(node.left.value, str)
         ):
             raise ExpressionError("%-formatting is not allowed; use {placeholders} in messages")
-        if isinstance(node, ast.Subscript):
+        elif isinstance(node, ast.Subscript):
             index = node.slice
             if not (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))):
                 raise ExpressionError("subscripts must be a constant index or key")
-            visit(node.value, depth + 1)
-            return
-        if isinstance(node, (ast.Attribute, ast.Name)):
+            dependent = visit(node.value, depth + 1)
+        elif isinstance(node, (ast.Attribute, ast.Name)):
             dotted = _dotted(node)
             if dotted is None:
                 raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
             check_path(dotted, roots)
             if "." in dotted:
                 paths.append(dotted)
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child, depth + 1)
+            head = dotted.partition(".")[0]
+            names.add(head)
+            return head in SUBJECT_NAMES
+        else:
+            for child in ast.iter_child_nodes(node):
+                dependent = visit(child, depth + 1) or dependent
+        if not dependent and isinstance(node, _MEMO_NODES):
+            free.add(id(node))
+        return dependent
 
     visit(tree, 0)
-    return Expression(source=source.strip(), tree=tree.body, paths=tuple(dict.fromkeys(paths)))
+    return Expression(
+        source=source.strip(),
+        tree=tree.body,
+        paths=tuple(dict.fromkeys(paths)),
+        free=frozenset(free),
+        names=frozenset(names),
+    )
 
 
 def check_path(dotted: str, roots: Mapping[str, Any]) -> None:
@@ -875,3 +962,7 @@ class _UnavailableSection(FactView):
         path = f"{self._path}.{name}"
         self._reads.append((path, self._unavailable))
         raise FactUnavailable(path, self._unavailable)
+
+
+# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
+_NOTHING_TO_CHECK = frozenset({bool, float, type(None), FactView, _UnavailableSection})

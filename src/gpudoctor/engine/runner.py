@@ -115,6 +115,21 @@ def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
     )
 
 
+def _names(rule: Rule) -> tuple[list[str], bool]:
+    """The facts sections a rule's expressions and templates read, and whether they read ``gpus``
+    (found while they were compiled): only those are wrapped, most rules read one or two."""
+    used: set[str] = set()
+    for expr in (rule.applies, rule.fail_if):
+        if expr is not None:
+            used |= expr.names_read()
+    for template in (rule.message, rule.fix, rule.pass_message):
+        if template is not None:
+            for _, expr, _ in template.parts:
+                if expr is not None:
+                    used |= expr.names_read()
+    return [s for s in SECTIONS if s in used], "gpus" in used
+
+
 class _Run:
     """What one run_rules call builds once and every evaluation shares."""
 
@@ -125,6 +140,7 @@ class _Run:
         self.cache = RunCache(deadline)
         self._gpu_views: list[Any] | None = None
         self._subjects: dict[str, list[tuple[Subject, dict[str, Any] | None]]] = {}
+        self._names: dict[int, tuple[Rule, tuple[list[str], bool]]] = {}
 
     def gpu_views(self) -> list[Any]:
         """The gpus list as rules see it, made once: reads through it are not evidence."""
@@ -133,6 +149,15 @@ class _Run:
             views = [wrap(g, f"gpus[{i}]", discard) for i, g in enumerate(self.gpus)]
             self._gpu_views = self.cache.share(views)
         return self._gpu_views
+
+    def names(self, rule: Rule) -> tuple[list[str], bool]:
+        """What of the facts the rule reads: its sections (in SECTIONS order), and the gpus list?"""
+        hit = self._names.get(id(rule))
+        if hit is not None and hit[0] is rule:
+            return hit[1]
+        found = _names(rule)
+        self._names[id(rule)] = (rule, found)
+        return found
 
     def subjects(self, kind: str) -> list[tuple[Subject, dict[str, Any] | None]]:
         if kind not in self._subjects:
@@ -154,9 +179,9 @@ def evaluate_rule(
     cache: RunCache | None = run.cache if run is not None else None
     if cache is not None:
         cache.reads = reads
-    used = rule.names_used  # only what the rule refers to is wrapped: most rules read one or two sections
-    names = section_views(facts, [s for s in SECTIONS if s in used], reads)
-    if "gpus" in used:
+    sections, uses_gpus = run.names(rule) if run is not None else _names(rule)
+    names = section_views(facts, sections, reads)
+    if uses_gpus:
         if run is not None:
             names["gpus"] = run.gpu_views()
         else:
@@ -288,6 +313,8 @@ def run_rules(
         except Exception as exc:  # noqa: BLE001 - a subject kind the facts cannot give
             findings.append(budget.admit(_broken(rule, Subject(rule.subject, rule.subject), exc)))
             continue
+        # what a rule judged once (a host rule) computes is never asked for again: not remembered
+        run.cache.remember = len(subjects) > 1
         for subject, data in subjects[:MAX_SUBJECTS_PER_RULE]:
             if deadline is not None and time.monotonic() > deadline:
                 finding = _timeout_finding(rule, subject)

@@ -173,3 +173,210 @@ def test_no_cache_when_disabled(tmp_path, monkeypatch):
     load_rules(include_plugins=False)
     assert not (tmp_path / "cache").exists()
     assert rule_cache.key([], [Path(__file__)]) is None  # and no rule file is even read for a key
+
+
+# ---------------------------------------------------------------------------
+# A cached load checks rules and tables by hand (no JSON-schema validator), as strictly
+
+
+def _schema_props(name: str) -> dict[str, Any]:
+    from gpudoctor.schemas import load_schema
+
+    schema = load_schema(name)
+    return schema["items"] if name == "rules" else schema
+
+
+def test_the_hand_checks_know_every_constraint_of_the_schemas():
+    # If this fails, a schema changed: make _plain_rule / _plain_table check the same (and
+    # bump rule_cache.FORMAT if what an entry holds changes), then update the expectations here.
+    rules = _schema_props("rules")
+    assert rules["additionalProperties"] is False
+    assert set(rules["properties"]) == rule_cache._RULE_FIELDS
+    assert set(rules["required"]) == rule_cache._RULE_REQUIRED
+    props = rules["properties"]
+    constraints = {
+        name: {k: v for k, v in spec.items() if k not in ("description", "default")} for name, spec in props.items()
+    }
+    assert constraints == {
+        "id": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$", "maxLength": rule_cache._RULE_ID_MAX},
+        "title": {"type": "string", "minLength": rule_cache._TITLE_MIN, "maxLength": rule_cache._TITLE_MAX},
+        "area": {"enum": sorted(rule_cache._AREAS, key=props["area"]["enum"].index)},
+        "severity": {"enum": sorted(rule_cache._SEVERITIES, key=props["severity"]["enum"].index)},
+        "subject": {"enum": sorted(rule_cache._SUBJECTS, key=props["subject"]["enum"].index)},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9-]+$"}, "uniqueItems": True},
+        **{name: {"type": "string"} for name in rule_cache._RULE_TEXTS},
+        "refs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    }
+    assert rule_cache._RULE_ID.pattern == "[a-z0-9]+(?:-[a-z0-9]+)*" and rule_cache._TAG.pattern == "[a-z0-9-]+"
+
+    table = _schema_props("table")
+    assert table["additionalProperties"] is False
+    assert set(table["properties"]) == rule_cache._TABLE_FIELDS
+    assert set(table["required"]) == rule_cache._TABLE_REQUIRED
+    assert {
+        name: {k: v for k, v in spec.items() if k != "description"} for name, spec in table["properties"].items()
+    } == {
+        "name": {"type": "string", "pattern": "^[a-z0-9_]+$"},
+        "description": {"type": "string"},
+        "source": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+        "retrieved": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+        "notes": {"type": "string"},
+        "rows": {"type": "object", "minProperties": 1},
+    }
+
+
+GOOD_RULE: dict[str, Any] = {
+    "id": "a-rule",
+    "title": "A rule",
+    "area": "env",
+    "severity": "info",
+    "subject": "gpu",
+    "tags": ["x", "y-1"],
+    "applies": "True",
+    "fail_if": "False",
+    "message": "m",
+    "pass_message": "p",
+    "fix": "f",
+    "why": "w",
+    "refs": ["r"],
+    "docs": "d",
+}
+GOOD_TABLE: dict[str, Any] = {
+    "name": "t_1",
+    "description": "d",
+    "source": ["s"],
+    "retrieved": "2026-01-02",
+    "notes": "n",
+    "rows": {"k": {"v": [1, 2.5, None, True]}},
+}
+ODD_VALUES: list[Any] = [None, True, 0, 7, 1.5, "", "x" * 200, [], ["x", "x"], ["UPPER"], [1], {}, {"a": 1}, "ERROR"]
+
+
+def _rule_variants() -> list[dict[str, Any]]:
+    out = [dict(GOOD_RULE), {k: v for k, v in GOOD_RULE.items() if k in rule_cache._RULE_REQUIRED}]
+    for name in GOOD_RULE:
+        out.append({k: v for k, v in GOOD_RULE.items() if k != name})  # a field missing
+        for value in ODD_VALUES:
+            out.append({**GOOD_RULE, name: value})
+    for rule_id in ("a", "a-b-c", "A-rule", "a--b", "-a", "a-", "a_b", "é", "a" * 64, "a" * 65, "a\n"):
+        out.append({**GOOD_RULE, "id": rule_id})
+    for title in ("ab", "abc", "x" * 120, "x" * 121):
+        out.append({**GOOD_RULE, "title": title})
+    out.append({**GOOD_RULE, "extra": "field"})
+    out.append({**GOOD_RULE, "tags": ["a", "b", "a"]})
+    out.append({**GOOD_RULE, "tags": ["a b"]})
+    return out
+
+
+def _table_variants() -> list[dict[str, Any]]:
+    out = [dict(GOOD_TABLE), {k: v for k, v in GOOD_TABLE.items() if k != "notes"}, {**GOOD_TABLE, "source": "s"}]
+    for name in GOOD_TABLE:
+        out.append({k: v for k, v in GOOD_TABLE.items() if k != name})
+        for value in ODD_VALUES:
+            out.append({**GOOD_TABLE, name: value})
+    for date in ("2026-1-02", "20260102", "2026-01-02x", "\u0662\u0660\u0662\u0666-01-02"):
+        out.append({**GOOD_TABLE, "retrieved": date})
+    out.append({**GOOD_TABLE, "name": "T"})
+    out.append({**GOOD_TABLE, "extra": 1})
+    return out
+
+
+def test_what_the_hand_checks_accept_the_schemas_accept():
+    from gpudoctor.schemas import validate
+
+    accepted = 0
+    for raw in _rule_variants():
+        ok = validate("rules", [raw]) is None
+        if rule_cache._plain_rule(raw):
+            accepted += 1
+            assert ok, f"the cache accepts a rule the schema refuses: {raw}"
+        else:
+            assert not ok, f"the cache refuses a rule the schema accepts (every load would miss): {raw}"
+    for table in _table_variants():
+        ok = validate("table", table) is None
+        if rule_cache._plain_table(table.get("name"), {**table, "path": "/p"}):
+            accepted += 1
+            assert ok, f"the cache accepts a table the schema refuses: {table}"
+        elif "\u0662" not in str(table.get("retrieved")):  # the schema's \d takes Arabic-Indic digits
+            assert not ok, f"the cache refuses a table the schema accepts: {table}"
+    assert accepted > 20
+    assert not rule_cache._plain_table("t_1", dict(GOOD_TABLE)), "a table without its path"
+    assert not rule_cache._plain_table("other", {**GOOD_TABLE, "path": "/p"}), "a table under another name"
+
+
+def test_every_built_in_rule_and_table_passes_the_hand_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    ruleset = load_rules(include_plugins=False)
+    stored = json.loads(json.dumps({"rules": [r.raw for r in ruleset.rules], "tables": ruleset.tables}))
+    assert all(rule_cache._plain_rule(raw) for raw in stored["rules"])
+    assert all(rule_cache._plain_table(name, table) for name, table in stored["tables"].items())
+
+
+WARM_LOAD = """
+import sys
+from gpudoctor.engine.loader import load_rules
+from gpudoctor.engine import loader
+loader._load_uncached = None  # a miss would fail
+load_rules(include_plugins=False)
+print(sorted(m for m in ("fastjsonschema", "yaml", "hashlib", "_hashlib") if m in sys.modules))
+"""
+
+
+def test_a_cached_load_imports_no_schema_validator_yaml_or_openssl(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    load_rules(include_plugins=False)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    done = subprocess.run([sys.executable, "-c", WARM_LOAD], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    builtin_sha = any(_importable(name) for name in ("_sha2", "_sha256"))
+    assert done.stdout.strip() == ("[]" if builtin_sha else "['_hashlib', 'hashlib']")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return hasattr(__import__(name), "sha256")
+    except ImportError:
+        return False
+
+
+def test_the_key_hash_is_sha256():
+    import hashlib
+
+    assert rule_cache._sha256(b"abc").hexdigest() == hashlib.sha256(b"abc").hexdigest()
+    h = rule_cache._sha256()
+    h.update(b"a")
+    h.update(b"bc")
+    assert h.digest() == hashlib.sha256(b"abc").digest()
+
+
+def test_a_table_helper_spelled_with_other_characters_is_still_checked():
+    # The table check skips expressions whose text names no table helper; Python reads the
+    # fullwidth "ｌookup" as lookup, so a text that is not ASCII is always walked.
+    raw = {
+        **{k: v for k, v in GOOD_RULE.items() if k in rule_cache._RULE_REQUIRED},
+        "fail_if": "ｌookup('nope', 1) == 1",
+    }
+    with pytest.raises(loader.RuleLoadError, match="no data table 'nope'"):
+        loader.compile_rule(raw, "r.yaml", {})
+    raw["fail_if"] = "flag_names(1, 'nope') == []"
+    with pytest.raises(loader.RuleLoadError, match="no data table 'nope'"):
+        loader.compile_rule(raw, "r.yaml", {})
+    raw["fail_if"] = "'lookup' == 'flag_names'"  # named, not called: walked, nothing to refuse
+    assert loader.compile_rule(raw, "r.yaml", {}).fail_if.source == "'lookup' == 'flag_names'"
+
+
+def test_an_entry_holds_no_integer_a_rule_file_could_not(tmp_path, monkeypatch):
+    from gpudoctor import inputs
+
+    assert rule_cache._MAX_INT_DIGITS == inputs.MAX_INT_DIGITS
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    for value in (10**40 - 1, -(10**40 - 1), 0):
+        rule_cache.store(KEY, {"n": value})
+        assert rule_cache.load(KEY) == {"n": value}
+    rule_cache.store(KEY, {"n": 10**40})
+    assert rule_cache.load(KEY) is None

@@ -9,6 +9,7 @@ user sees: the rules that load, whether the planted entry was used, what is left
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pickle
 import re
@@ -357,3 +358,136 @@ def test_odd_cache_entries_fall_back_to_the_files(tmp_path: Path, monkeypatch: p
 
 def _raise_hang(signum: int, frame: Any) -> None:
     raise Hang()
+
+
+# ---------------------------------------------------------------------------
+# What an entry says is checked again: a tampered rule or table is a miss, never run
+
+
+TABLE = """\
+name: flags
+description: a test table
+source: test
+retrieved: "2026-01-02"
+rows:
+  "1": {name: one, big: 12345}
+"""
+TABLE_RULE = (
+    RULE
+    + """\
+- id: table-check
+  title: A table check
+  area: env
+  severity: info
+  fail_if: lookup("flags", 1, "name") == "two"
+  message: "{lookup('flags', 1, 'name')}"
+  fix: nothing
+  why: because it is a test
+  refs: [test]
+"""
+)
+
+
+def _rule(data: dict[str, Any], rule_id: str = "cached-check") -> dict[str, Any]:
+    for entry in data["rules"]:
+        if entry["raw"]["id"] == rule_id:
+            raw: dict[str, Any] = entry["raw"]
+            return raw
+    raise AssertionError(rule_id)
+
+
+def _set(field: str, value: Any, rule_id: str = "cached-check") -> Any:
+    def edit(data: dict[str, Any]) -> None:
+        _rule(data, rule_id)[field] = value
+
+    return edit
+
+
+def _table(edit: Any) -> Any:
+    def wrapped(data: dict[str, Any]) -> None:
+        edit(data["tables"]["flags"])
+
+    return wrapped
+
+
+TAMPERED: dict[str, Any] = {
+    # what compile_expression refuses, wherever in the rule it is
+    "a dunder in fail_if": _set("fail_if", "host.__class__.__base__ == 1"),
+    "a dunder in applies": _set("applies", "host.env.__class__ != None"),
+    "a dunder in a message placeholder": _set("message", "{host.__class__.__subclasses__()}"),
+    "a dunder in a fix placeholder": _set("fix", "run {host.env.__dict__}"),
+    "a dunder in pass_message": _set("pass_message", "{host.env.FLAG.__class__}"),
+    "a call of __import__": _set("fail_if", "__import__('os').system('touch /tmp/pwned') == 0"),
+    "a call of open": _set("fail_if", "open('/etc/shadow') != None"),
+    "an attribute of a constant": _set("fail_if", "''.__class__ == 1"),
+    "a lambda": _set("fail_if", "(lambda: 1)() == 1"),
+    "a comprehension": _set("fail_if", "[x for x in gpus] == []"),
+    "a keyword argument": _set("fail_if", "len(gpus, x=1) == 0"),
+    "an unknown fact": _set("fail_if", "host.no_such_fact == 1"),
+    "a subject variable the subject lacks": _set("fail_if", "gpu.index == 0"),
+    "a %-format": _set("message", "{'%999999999d' % 1}"),
+    "a conversion in a template": _set("message", "{host.env.FLAG!r}"),
+    "a huge format width": _set("message", "{host.env.FLAG:>999999}"),
+    "a table that does not exist": _set("fail_if", "lookup('nope', 1) == 1", "table-check"),
+    "a table helper in other characters": _set("fail_if", "ｌookup('nope', 1) == 1", "table-check"),
+    # what the schema refuses, checked by hand
+    "an unknown field": _set("run", "rm -rf /"),
+    "a subject that does not exist": _set("subject", "root"),
+    "a severity that does not exist": _set("severity", "fatal"),
+    "an area that does not exist": _set("area", "kernel\x1b[2J"),
+    "an id with escapes": _set("id", "cached-check\x1b[31m"),
+    "a title too long": _set("title", "t" * 121),
+    "a list for a text": _set("why", ["because"]),
+    "an empty refs": _set("refs", []),
+    "a tag twice": _set("tags", ["a", "a"]),
+    "a field missing": lambda data: _rule(data).pop("fix"),
+    "a rule twice": lambda data: data["rules"].append(data["rules"][0]),
+    "a rule from a file not loaded": lambda data: data["rules"][0].update(source="/etc/passwd"),
+    "a negative line": lambda data: data["rules"][0].update(line=-1),
+    "a line that is not a number": lambda data: data["rules"][0].update(line="1"),
+    "a table under another name": lambda data: data["tables"].update(other=data["tables"]["flags"]),
+    "a table without its path": _table(lambda table: table.pop("path")),
+    "a table with an unknown field": _table(lambda table: table.update(code="os.system")),
+    "a table with no rows": _table(lambda table: table.update(rows={})),
+    "a table date in other digits": _table(lambda table: table.update(retrieved="\u0662\u0660\u0662\u0666-01-02")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TAMPERED))
+def test_a_tampered_entry_is_checked_again_and_missed(
+    what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path, TABLE_RULE)
+    (pack / "data").mkdir()
+    (pack / "data" / "flags.yaml").write_text(TABLE)
+    (entry,) = populate(monkeypatch, cache, pack)
+    document = json.loads(entry.read_text())
+    TAMPERED[what](document["data"])
+    entry.write_text(json.dumps(document, ensure_ascii=False))
+
+    ruleset = assert_cache_is_not_used(monkeypatch, pack)
+    assert [r.id for r in ruleset.rules] == ["cached-check", "table-check"], what
+    rule = ruleset.by_id("cached-check")
+    assert (
+        rule is not None
+        and rule.fail_if.source == 'host.env.FLAG == "1"'
+        and rule.message.source == "FLAG is {host.env.FLAG}"
+    )
+    assert ruleset.tables["flags"]["rows"] == {"1": {"name": "one", "big": 12345}}
+    assert_cache_is_used(monkeypatch, pack)  # and the tampered entry was replaced by a good one
+
+
+def test_a_table_number_no_rule_file_can_hold_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the YAML reader refuses integers of more than 40 digits: so does reading an entry
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path, TABLE_RULE)
+    (pack / "data").mkdir()
+    (pack / "data" / "flags.yaml").write_text(TABLE)
+    (entry,) = populate(monkeypatch, cache, pack)
+    text = entry.read_text()
+    assert '"big":12345' in text
+    entry.write_text(text.replace('"big":12345', '"big":' + "9" * 41))
+    assert_cache_is_not_used(monkeypatch, pack)
+    entry.write_text(text.replace('"big":12345', '"big":-' + "9" * 40))  # as long as a rule file may have
+    assert_cache_is_used(monkeypatch, pack)

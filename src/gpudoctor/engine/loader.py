@@ -16,7 +16,8 @@ import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 from ..findings import AREAS, Severity
 from ..schemas import validate
@@ -203,13 +204,16 @@ def _item_line(data: Any, problem: str) -> int | None:
     return None
 
 
-def _roots(subject: str) -> dict[str, Any]:
+@functools.cache
+def _roots(subject: str) -> Mapping[str, Any]:
+    """The names a rule of ``subject`` may use, with their schema nodes: made once per subject
+    kind (read-only: every rule compiled in the process shares it)."""
     roots: dict[str, Any] = dict(factpaths.section_roots())
     roots["gpus"] = {"type": "array"}
     variable = SUBJECT_VARIABLE[subject]
     if variable:
         roots[variable] = factpaths.subject_schema(subject)
-    return roots
+    return MappingProxyType(roots)
 
 
 def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
@@ -257,10 +261,16 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
     )
 
 
+_TABLE_HELPERS = ("lookup", "flag_names")
+
+
 def _check_tables(expr: Expression, tables: dict[str, Any], path: str, line: int, rule_id: str, key: str) -> None:
     """lookup()/flag_names() must name a table that exists (checked at load, not at 2 a.m.)."""
-    import ast
-
+    source = expr.source
+    if source.isascii() and not any(name in source for name in _TABLE_HELPERS):
+        # No call of them in the tree, whose every name is spelled out in the text it was parsed
+        # from (only non-ASCII names are normalised): no walk (a fifth of compiling a rule set).
+        return
     for node in ast.walk(expr.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("lookup", "flag_names"):
             arg_index = 0 if node.func.id == "lookup" else 1

@@ -3,10 +3,15 @@ two thirds of loading the rules) when no rule file changed.
 
 What is cached is plain data: for every rule, the mapping its rule file held (after schema
 validation), with the file and line it came from; every data table; the list of rule files. It
-is stored as JSON, which cannot run code when read. Loading an entry checks its shape and types,
-validates the rules and tables against their schemas again, and compiles every expression and
-template again (the same checks as for a rule file: fact paths, helpers, tables), so an entry
-can hold nothing that a rule file could not; anything odd is a miss.
+is stored as JSON, which cannot run code when read (and whose integers are bounded as the YAML
+reader bounds them). Loading an entry checks its shape and every field of every rule and table
+against what their schemas allow (by hand, _plain_rule and _plain_table: as strict as the
+schema, without importing and running the JSON-schema validators: 3 of the 23 ms a cached
+load took), and compiles every expression and template again through compile_rule (the same
+checks as for a rule file: syntax and node types, fact paths, no dunders, helper calls only,
+limits, tables), so an entry can hold nothing that a rule file could not; anything odd is a
+miss. Nothing compiled is stored: what makes an expression safe to evaluate is always decided
+again from its text.
 
 The key is a hash of the bytes of every rule and table file (and their paths), the gpudoctor
 version, this cache's FORMAT and the Python version, so any edit invalidates it, even one that
@@ -37,7 +42,6 @@ loading the files.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import math
 import os
@@ -67,6 +71,8 @@ _MAX_SYMLINKS = 40
 _PREFIX = "rules-"
 _SUFFIX = ".json"
 _KEY = re.compile(r"[0-9a-f]{64}")
+# As gpudoctor.inputs.MAX_INT_DIGITS: the YAML reader refuses a longer integer, so no entry holds one.
+_MAX_INT_DIGITS = 40
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | _CLOEXEC
@@ -93,7 +99,7 @@ def key(dirs: Iterable[Path], files: Iterable[Path]) -> str | None:
     """A hash of what the rule set is made from; None (do not cache) where a file cannot be read."""
     if cache_dir() is None:
         return None
-    h = hashlib.sha256()
+    h = _sha256()
     for part in (f"gpudoctor {__version__}", f"format {FORMAT}", sys.version):
         _feed(h, part.encode())
     for directory in dirs:
@@ -104,6 +110,31 @@ def key(dirs: Iterable[Path], files: Iterable[Path]) -> str | None:
             return None
         _feed(h, b"file", os.fsencode(path), digest)
     return h.hexdigest()
+
+
+def _sha256(data: bytes = b"") -> Any:
+    """hashlib.sha256, or, where hashlib is not imported yet, the same hash built into Python (as
+    the random module does): importing hashlib loads OpenSSL, about 2 ms of every `check`, more
+    than hashing the built-in rules with the built-in code (0.6 ms for 220 KB)."""
+    global _SHA256
+    if _SHA256 is None:
+        _SHA256 = _builtin_sha256()
+    return _SHA256(data)
+
+
+def _builtin_sha256() -> Any:
+    if "hashlib" not in sys.modules:
+        for module in ("_sha2", "_sha256"):  # Python 3.12+, 3.9-3.11; absent where built without them
+            try:
+                return __import__(module).sha256
+            except (ImportError, AttributeError):
+                continue
+    import hashlib
+
+    return hashlib.sha256
+
+
+_SHA256: Any = None
 
 
 def _feed(h: Any, *parts: bytes) -> None:
@@ -124,7 +155,7 @@ def _source_digest(path: Path) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
             return None
         data = _read_bounded(fd, MAX_SOURCE_BYTES)
-        return None if data is None else hashlib.sha256(data).digest()
+        return None if data is None else _sha256(data).digest()
     except OSError:
         return None
     finally:
@@ -237,6 +268,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    if len(text) - text.startswith("-") > _MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 def load(cache_key: str | None) -> Any | None:
     """The data stored under ``cache_key``, or None (missing, unsafe, malformed, another format)."""
     if cache_key is None or not _KEY.fullmatch(cache_key):
@@ -251,7 +288,9 @@ def load(cache_key: str | None) -> Any | None:
     if blob is None:
         return None
     try:
-        entry = json.loads(blob.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+        entry = json.loads(
+            blob.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
     if not isinstance(entry, dict) or set(entry) != {"format", "key", "data"}:
@@ -390,43 +429,110 @@ def load_ruleset(cache_key: str | None) -> RuleSet | None:
 
 
 def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return type(value) is list and all(type(item) is str for item in value)
+
+
+def _member(value: Any, allowed: frozenset[str]) -> bool:
+    return type(value) is str and value in allowed
+
+
+# What rules.schema.json allows a rule to hold, checked by _plain_rule (tests/engine/
+# test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
+_RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
+_RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "fix", "why", "docs"})
+_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags"}
+_RULE_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_RULE_ID_MAX = 64
+_TITLE_MIN, _TITLE_MAX = 3, 120
+_AREAS = frozenset({"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env"})
+_SEVERITIES = frozenset({"error", "warning", "info"})
+_SUBJECTS = frozenset({"host", "gpu", "numa_node", "nic"})
+_TAG = re.compile(r"[a-z0-9-]+")
+# What table.schema.json allows a table to hold (the loader adds "path"), checked by _plain_table.
+_TABLE_REQUIRED = frozenset({"name", "description", "source", "retrieved", "rows"})
+_TABLE_FIELDS = _TABLE_REQUIRED | {"notes"}
+_TABLE_NAME = re.compile(r"[a-z0-9_]+")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # the schema's \d also takes other scripts' digits
+
+
+def _plain_rule(raw: Any) -> bool:
+    """Is ``raw`` a rule as rules.schema.json allows one (no other field, every field of its type,
+    pattern, length and values)? What compile_rule then makes of it is checked there."""
+    if type(raw) is not dict:
+        return False
+    fields = raw.keys()
+    if not fields >= _RULE_REQUIRED or not fields <= _RULE_FIELDS:
+        return False
+    if not all(type(raw[name]) is str for name in _RULE_TEXTS & fields):
+        return False
+    rule_id, title, tags, refs = raw["id"], raw["title"], raw.get("tags", []), raw["refs"]
+    return (
+        type(rule_id) is str
+        and len(rule_id) <= _RULE_ID_MAX
+        and _RULE_ID.fullmatch(rule_id) is not None
+        and type(title) is str
+        and _TITLE_MIN <= len(title) <= _TITLE_MAX
+        and _member(raw["area"], _AREAS)
+        and _member(raw["severity"], _SEVERITIES)
+        and _member(raw.get("subject", "host"), _SUBJECTS)
+        and _is_str_list(tags)
+        and len(set(tags)) == len(tags)
+        and all(_TAG.fullmatch(tag) for tag in tags)
+        and _is_str_list(refs)
+        and len(refs) >= 1
+    )
+
+
+def _plain_table(name: str, table: Any) -> bool:
+    """Is ``table`` a data table named ``name`` as table.schema.json allows one, with its path?"""
+    if type(table) is not dict or type(table.get("path")) is not str:
+        return False
+    fields = table.keys() - {"path"}
+    if not fields >= _TABLE_REQUIRED or not fields <= _TABLE_FIELDS:
+        return False
+    source, rows, retrieved = table["source"], table["rows"], table["retrieved"]
+    return (
+        table["name"] == name
+        and type(name) is str
+        and _TABLE_NAME.fullmatch(name) is not None
+        and type(table["description"]) is str
+        and type(table.get("notes", "")) is str
+        and type(retrieved) is str
+        and _DATE.fullmatch(retrieved) is not None
+        and (type(source) is str or (_is_str_list(source) and len(source) >= 1))
+        and type(rows) is dict
+        and len(rows) >= 1
+    )
 
 
 def _decode(data: Any) -> RuleSet | None:
-    from ..schemas import validate
+    """The rule set an entry holds, or None. The rules and tables were schema-checked when the
+    files were loaded and the entry is private to this user (see the module docstring), so they
+    are checked here by hand (_plain_rule, _plain_table), as strictly and at a fraction of the
+    cost; every expression and template is compiled, and so checked, again."""
     from .loader import RuleSet, compile_rule
 
-    if not isinstance(data, dict) or set(data) != {"tables", "rules", "sources"}:
+    if type(data) is not dict or data.keys() != {"tables", "rules", "sources"}:
         return None
     tables, entries, sources = data["tables"], data["rules"], data["sources"]
-    if not isinstance(tables, dict) or not isinstance(entries, list) or not _is_str_list(sources):
+    if type(tables) is not dict or type(entries) is not list or not _is_str_list(sources):
         return None
-    for name, table in tables.items():
-        if not isinstance(table, dict) or table.get("name") != name or not isinstance(table.get("path"), str):
-            return None
-        if not isinstance(table.get("rows"), dict):
-            return None
-        if validate("table", {k: v for k, v in table.items() if k != "path"}) is not None:
-            return None
-    for entry in entries:
-        if not isinstance(entry, dict) or set(entry) != {"raw", "source", "line"}:
-            return None
-        if not isinstance(entry["raw"], dict) or not isinstance(entry["source"], str):
-            return None
-        if type(entry["line"]) is not int or entry["line"] < 0:
-            return None
-    if validate("rules", [entry["raw"] for entry in entries]) is not None:
+    if not all(_plain_table(name, table) for name, table in tables.items()):
         return None
     known_sources = set(sources)
     rules = []
     seen: set[str] = set()
     for entry in entries:
-        if entry["source"] not in known_sources:
+        if type(entry) is not dict or entry.keys() != {"raw", "source", "line"}:
+            return None
+        source, line = entry["source"], entry["line"]
+        if type(source) is not str or source not in known_sources or type(line) is not int or line < 0:
+            return None
+        if not _plain_rule(entry["raw"]):
             return None
         raw = _Raw(entry["raw"])
-        raw.line = entry["line"]
-        rule = compile_rule(raw, entry["source"], tables)  # RuleLoadError: caught by load_ruleset
+        raw.line = line
+        rule = compile_rule(raw, source, tables)  # RuleLoadError: caught by load_ruleset
         if rule.id in seen:
             return None
         seen.add(rule.id)

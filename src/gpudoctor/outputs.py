@@ -6,23 +6,28 @@ not trusted to name a plain file: every output option of every command (``-o/--o
 ``report merge -o``, ...) goes through :func:`write_file`, which looks at what the path is
 (``lstat``, the last component not followed) before touching it:
 
+- the directories on the way are opened one at a time without following links; a symbolic
+  link among them is followed only when root or this user owns it (``/var/run -> /run``), never
+  another user's, so a link planted in /tmp or a shared directory cannot send the output into
+  /etc. The rest is done relative to the directory's descriptor.
 - missing, or a regular file: replaced atomically. A new file (random name, ``O_EXCL``,
   ``O_NOFOLLOW``, mode 0666 less the umask) in the same directory, written, fsynced and renamed
   over the path; readers never see half a file, a hard link to the old file is not written
   through, and on any failure the new file is removed.
 - a character device or a FIFO (``/dev/null``, ``/dev/tty``, a named pipe): opened and written
-  in place, never created or truncated. The open is non-blocking, so a FIFO that nobody reads
-  is an error at once instead of a hang; the descriptor is made blocking for the write.
-- a Unix socket: connected to and written.
-- a directory, a block device (a typo for a disk must not overwrite it) or anything else:
-  refused.
-- a symbolic link: followed only where that is what the caller meant and cannot clobber a
-  file. A link that leads to one of this process's own descriptors (``/dev/stdout`` ->
-  ``/proc/self/fd/1``, ``/dev/fd/N``, bash's ``>(cmd)``) is written through that descriptor,
-  whatever it is: the caller's shell opened it. A link to a character device or a FIFO is written
-  as that device or FIFO. Any other link, to a regular file or to nothing, is refused with
-  "it is a symbolic link; give the file it points to": as root, writing through a link that
-  someone planted in /tmp would overwrite the file it names, e.g. one in /etc.
+  in place, never created or truncated. The open is non-blocking, so a FIFO that nobody has
+  open is an error at once instead of a hang, and a reader that holds it open without reading
+  is an error after WRITE_TIMEOUT_S without progress.
+- a directory, a socket, a block device (a typo for a disk must not overwrite it) or anything
+  else: refused.
+- a symbolic link as the last component: followed only where that is what the caller meant and
+  cannot clobber a file. A link that leads to one of this process's own descriptors
+  (``/dev/stdout`` -> ``/proc/self/fd/1``, ``/dev/fd/N``, bash's ``>(cmd)``) is written through
+  that descriptor, whatever it is: the caller's shell opened it. A link owned by root or this
+  user to a character device or a FIFO is written as that device or FIFO. Any other link, to a
+  regular file or to nothing, is refused with "it is a symbolic link; give the file it points
+  to": as root, writing through a link that someone planted in /tmp would overwrite the file it
+  names, e.g. one in /etc.
 
 Every failure is an :class:`OutputError` whose text is one line, ``cannot write PATH: why``
 (``No space left on device`` for /dev/full, ``Broken pipe``, ``Read-only file system``, ...).
@@ -99,34 +104,105 @@ def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
     shown = _shown(path)
     raw = _encode(data)
     try:
-        st: os.stat_result | None = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        text = os.fspath(path)
+        if "\0" in text:
+            raise ValueError("a NUL byte in the name")
+        own = _own_descriptor(text) if os.path.islink(text) else None
+    except (OSError, ValueError) as exc:
         raise OutputError(shown, _why(exc)) from None
-    if st is None or stat.S_ISREG(st.st_mode):
-        _replace(os.fspath(path), raw, shown)
-    elif stat.S_ISLNK(st.st_mode):
-        _through_link(os.fspath(path), raw, shown)
-    elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
-        _write_in_place(os.fspath(path), raw, shown)
-    elif stat.S_ISSOCK(st.st_mode):
-        _write_socket(os.fspath(path), raw, shown)
-    else:
-        raise OutputError(shown, f"it is {_kind(st.st_mode)}; give a file name")
+    if own is not None:  # /dev/stdout, /dev/fd/N: the caller's shell opened it
+        _write_own_descriptor(own, raw, shown)
+        return
+    dir_fd, name = _open_parent(text, shown)
+    try:
+        try:
+            st: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise OutputError(shown, _why(exc)) from None
+        if st is None or stat.S_ISREG(st.st_mode):
+            _replace(dir_fd, name, raw, shown)
+        elif stat.S_ISLNK(st.st_mode):
+            _through_link(dir_fd, name, st, raw, shown)
+        elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            _write_in_place(dir_fd, name, raw, shown, follow=False)
+        else:
+            raise OutputError(shown, f"it is {_kind(st.st_mode)}; give a file name")
+    finally:
+        os.close(dir_fd)
 
 
-def _replace(path: str, raw: bytes, shown: str) -> None:
-    directory, name = os.path.split(path)
-    if not name:
+_MAX_LINKS = 40  # the kernel's own limit in one lookup
+
+
+def _trusted_link(st: os.stat_result) -> bool:
+    """A symbolic link gpudoctor follows on the way to an output: one that root or this user
+    made. Another user's link (planted in /tmp or a shared directory) is never followed: as root,
+    writing through it would write wherever that user chose."""
+    return st.st_uid in (0, os.geteuid())
+
+
+def _open_parent(path: str, shown: str) -> tuple[int, str]:
+    """A descriptor of the directory the output goes into, and the output's name in it.
+
+    The directory is reached one component at a time, each opened relative to the one before
+    without following a link (O_NOFOLLOW); a link on the way is followed only when root or this
+    user owns it, so nobody else's link can redirect the output into /etc. Everything after
+    this is done relative to the descriptor, so the directory cannot be swapped meanwhile."""
+    absolute = os.path.abspath(path)
+    parent, name = os.path.split(absolute)
+    if not name or name in (".", ".."):
         raise OutputError(shown, "it names a directory; give a file name")
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    pending = [part for part in reversed(parent.split("/")) if part]
+    links = 0
+    fd = os.open("/", flags)
+    try:
+        while pending:
+            part = pending.pop()
+            if part == ".":
+                continue
+            try:
+                next_fd = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
+                if not _trusted_link(st):
+                    raise OutputError(
+                        shown, f"{_shown(part)} on the way is a symbolic link owned by uid {st.st_uid}, not followed"
+                    ) from None
+                target = os.readlink(part, dir_fd=fd)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", flags)
+                pending.extend(p for p in reversed(target.split("/")) if p)
+                continue
+            os.close(fd)
+            fd = next_fd
+        return fd, name
+    except OSError as exc:
+        os.close(fd)
+        raise OutputError(shown, _why(exc)) from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _replace(dir_fd: int, name: str, raw: bytes, shown: str) -> None:
     tmp = ""
     fd = -1
     try:
         for _ in range(100):
-            candidate = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+            candidate = f".{name}.{os.urandom(6).hex()}.tmp"
             try:
-                fd = os.open(candidate, _CREATE_FLAGS, 0o666)  # the umask applies, as for a plain open()
+                fd = os.open(candidate, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)  # the umask applies, as for open()
             except FileExistsError:
                 continue
             tmp = candidate  # ours from here: removed on any failure below
@@ -137,9 +213,12 @@ def _replace(path: str, raw: bytes, shown: str) -> None:
         os.fsync(fd)
         os.close(fd)
         fd = -1
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         tmp = ""
-        _sync_directory(directory)
+        try:  # make the rename durable; best effort (some file systems cannot fsync a directory)
+            os.fsync(dir_fd)
+        except OSError:
+            pass
     except OSError as exc:
         raise OutputError(shown, _why(exc)) from None
     finally:
@@ -147,44 +226,31 @@ def _replace(path: str, raw: bytes, shown: str) -> None:
             os.close(fd)
         if tmp:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
             except OSError:
                 pass
 
 
-def _sync_directory(directory: str) -> None:
-    """Make the rename durable; best effort (some file systems cannot fsync a directory)."""
+def _through_link(dir_fd: int, name: str, link: os.stat_result, raw: bytes, shown: str) -> None:
+    """The output's own name is a link (not one to this process's descriptors): written through
+    only to a character device or FIFO, and only when root or this user made the link."""
     try:
-        fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _through_link(path: str, raw: bytes, shown: str) -> None:
-    own = _own_descriptor(path)
-    if own is not None:
-        _write_own_descriptor(own, raw, shown)
-        return
-    try:
-        target = os.stat(path)
+        target: os.stat_result | None = os.stat(name, dir_fd=dir_fd)
     except FileNotFoundError:
         target = None
     except OSError as exc:
         raise OutputError(shown, _why(exc)) from None
-    if target is not None and (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode)):
-        _write_in_place(path, raw, shown)
+    device = target is not None and (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode))
+    if device and _trusted_link(link):
+        _write_in_place(dir_fd, name, raw, shown, follow=True)
         return
     what = "which does not exist" if target is None else _kind(target.st_mode)
     try:
-        where = f" (to {_shown(os.readlink(path))}, {what})"
+        where = f" (to {_shown(os.readlink(name, dir_fd=dir_fd))}, {what})"
     except OSError:
         where = f" ({what})"
+    if device:
+        raise OutputError(shown, f"it is a symbolic link{where} owned by uid {link.st_uid}, not followed")
     raise OutputError(shown, f"it is a symbolic link{where}; give the file it points to")
 
 
@@ -233,10 +299,12 @@ def _write_own_descriptor(fd: int, raw: bytes, shown: str) -> None:
         raise OutputError(shown, _why(exc)) from None
 
 
-def _write_in_place(path: str, raw: bytes, shown: str) -> None:
-    """A character device or FIFO: opened (never created or truncated) and written."""
+def _write_in_place(dir_fd: int, name: str, raw: bytes, shown: str, *, follow: bool) -> None:
+    """A character device or FIFO: opened (never created or truncated) and written, within
+    WRITE_TIMEOUT_S: a reader that holds a FIFO open and never reads must not hang gpudoctor."""
+    flags = _DIRECT_FLAGS | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
     try:
-        fd = os.open(path, _DIRECT_FLAGS)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise OutputError(shown, "a FIFO that no process is reading (or a device that is not there)") from None
@@ -245,49 +313,33 @@ def _write_in_place(path: str, raw: bytes, shown: str) -> None:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since lstat
             raise OutputError(shown, f"it changed to {_kind(st.st_mode)} while being opened; not written")
-        import fcntl
-
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
-        _write_all(fd, raw)
+        _write_all(fd, raw, timeout=WRITE_TIMEOUT_S)
+    except TimeoutError:
+        raise OutputError(shown, f"its reader took nothing for {WRITE_TIMEOUT_S:g} s") from None
     except OSError as exc:
         raise OutputError(shown, _why(exc)) from None
     finally:
         os.close(fd)
 
 
-def _write_socket(path: str, raw: bytes, shown: str) -> None:
-    import socket
-
-    try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            try:
-                sock.connect(path)
-            except OSError as exc:
-                if exc.errno != errno.EPROTOTYPE:
-                    raise
-                sock.close()
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.connect(path)
-                sock.send(raw)
-                return
-            sock.sendall(raw)
-        finally:
-            sock.close()
-    except OSError as exc:
-        raise OutputError(shown, _why(exc)) from None
+# How long a device or FIFO may go without taking any of the output.
+WRITE_TIMEOUT_S = 30.0
 
 
-def _write_all(fd: int, raw: bytes) -> None:
+def _write_all(fd: int, raw: bytes, timeout: float | None = None) -> None:
+    """All of ``raw`` to ``fd``. On a non-blocking descriptor, wait for room; with ``timeout``,
+    at most that long at a time (TimeoutError), else as long as it takes."""
     view = memoryview(raw)
     while view:
         try:
             written = os.write(fd, view)
-        except BlockingIOError:  # an inherited non-blocking descriptor: wait until it takes more
+        except BlockingIOError:
             import select
 
-            select.select([], [fd], [])
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if not poller.poll(None if timeout is None else int(timeout * 1000)):
+                raise TimeoutError from None
             continue
         if written <= 0:
             raise OSError(errno.EIO, os.strerror(errno.EIO))

@@ -627,27 +627,65 @@ def test_a_copy_of_the_facts_is_not_changed_by_escaping():
     assert printable_tree(copy.deepcopy(data)) == data
 
 
-def test_a_unix_socket_is_connected_to_and_written(capsys, tmp_path):
+def test_a_unix_socket_is_refused(capsys, tmp_path):
     import socket
 
     path = tmp_path / "collector.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen(1)
-    got: list[bytes] = []
-
-    def accept() -> None:
-        conn, _ = server.accept()
-        with conn:
-            while chunk := conn.recv(1 << 16):
-                got.append(chunk)
-
-    thread = threading.Thread(target=accept)
-    thread.start()
-    try:
+    try:  # a listener that never reads must not hang gpudoctor; a socket is not a file
         code, _, err = cli(capsys, "topo", "--facts", str(SNAPSHOT), "-o", str(path))
     finally:
-        thread.join(20)
         server.close()
-    assert code == 0 and err == "" and b"".join(got).decode().startswith("gpu-host")
+    assert code == 2 and one_line(err) and "it is a socket" in err
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+def _as_other_user(path: Path) -> None:
+    os.chown(path, 12345, 12345, follow_symlinks=False)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to make a link owned by another user")
+def test_another_users_directory_link_is_not_followed(capsys, tmp_path):
+    target = tmp_path / "etc"
+    target.mkdir()
+    (target / "passwd").write_text("root:x:0:0\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    link = shared / "reports"
+    link.symlink_to(target)
+    _as_other_user(link)  # planted by someone else: -o shared/reports/passwd must not reach etc/passwd
+    code, _, err = cli(capsys, "topo", "--facts", str(SNAPSHOT), "-o", str(link / "passwd"))
+    assert code == 2 and one_line(err) and "owned by uid 12345, not followed" in err
+    assert (target / "passwd").read_text() == "root:x:0:0\n" and sorted(os.listdir(target)) == ["passwd"]
+    os.chown(link, 0, 0, follow_symlinks=False)  # root's own link (like /var/run -> /run) is followed
+    code, _, err = cli(capsys, "topo", "--facts", str(SNAPSHOT), "-o", str(link / "topo.txt"))
+    assert code == 0 and (target / "topo.txt").read_text().startswith("gpu-host")
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to make a link owned by another user")
+def test_another_users_link_to_a_device_is_not_followed(capsys, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "out"
+    link.symlink_to(fifo)
+    _as_other_user(link)
+    code, _, err = cli(capsys, "topo", "--facts", str(SNAPSHOT), "-o", str(link))
+    assert code == 2 and one_line(err) and "owned by uid 12345, not followed" in err
+
+
+def test_a_fifo_reader_that_never_reads_cannot_hang_the_writer(tmp_path, monkeypatch):
+    from gpudoctor import outputs
+
+    monkeypatch.setattr(outputs, "WRITE_TIMEOUT_S", 0.5)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
+    try:
+        started = time.monotonic()
+        with pytest.raises(OutputError, match="its reader took nothing for 0.5 s"):
+            write_file(fifo, "x" * (1 << 20))  # more than a pipe holds
+        assert time.monotonic() - started < 10
+    finally:
+        os.close(reader)

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .inputs import file_kind
+from .inputs import shown_excerpt as excerpt
+
 # --- lookups inside a root ------------------------------------------------------------------------
 
 # The kernel gives up after 40 links in one lookup; so do we.
@@ -57,20 +60,6 @@ _OPENAT2_NR = {"x86_64": 437, "aarch64": 437, "arm64": 437, "ppc64le": 437, "s39
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
 
-_KINDS = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFLNK: "a symlink",
-}
-
-
-def excerpt(text: str, limit: int = 60) -> str:
-    """Outside text (file content, a link target) as a message may quote it: at most ``limit``
-    characters, escaped and quoted as repr() does, so no control character or megabyte of
-    garbage lands in a report."""
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def shown(text: str, limit: int = 200) -> str:
@@ -342,7 +331,7 @@ class RootFS:
                 raise RootedError(
                     errno.EOPNOTSUPP,
                     absolute,
-                    f"is {_KINDS.get(kind, 'not a regular file')}: under a root only regular files are read",
+                    f"is {file_kind(kind)}: under a root only regular files are read",
                 )
             if kind == stat.S_IFDIR and not (flags & _O_DIRECTORY):  # reading a directory as a file
                 raise RootedError(errno.EISDIR, absolute)

@@ -57,19 +57,6 @@ class InputError(ValueError):
         self.message = message
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_input(path: str | os.PathLike[str], limit: int, what: str = "file", *, follow: bool = True) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; InputError for anything else.
     ``follow=False``: a symbolic link as the last component is refused, not followed."""
@@ -81,11 +68,11 @@ def read_input(path: str | os.PathLike[str], limit: int, what: str = "file", *, 
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         if not follow and isinstance(exc, OSError) and exc.errno == errno.ELOOP:
             raise InputError(shown, f"a symbolic link, not a regular file; give a {what} path") from None
-        raise InputError(shown, f"cannot open {what}: {_reason(exc)}") from None
+        raise InputError(shown, f"cannot open {what}: {os_reason(exc)}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(shown, f"{_kind(st.st_mode)}, not a regular file; give a {what} path")
+            raise InputError(shown, f"{file_kind(st.st_mode)}, not a regular file; give a {what} path")
         if st.st_size > limit:
             raise InputError(shown, f"{st.st_size} bytes, larger than a {what} can be ({limit} bytes)")
         chunks: list[bytes] = []
@@ -100,15 +87,9 @@ def read_input(path: str | os.PathLike[str], limit: int, what: str = "file", *, 
                 raise InputError(shown, f"larger than a {what} can be ({limit} bytes)")
         return b"".join(chunks)
     except OSError as exc:
-        raise InputError(shown, f"cannot read {what}: {_reason(exc)}") from None
+        raise InputError(shown, f"cannot read {what}: {os_reason(exc)}") from None
     finally:
         os.close(fd)
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError):
-        return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
-    return str(exc)
 
 
 def read_text_input(path: str | os.PathLike[str], limit: int, what: str = "file", *, follow: bool = True) -> str:
@@ -147,10 +128,34 @@ def parse_int(text: str, what: str = "number", max_digits: int = MAX_INT_DIGITS)
     return int(stripped)
 
 
-def shown_excerpt(text: str, limit: int = 40) -> str:
-    """A short, escaped excerpt of outside text, for a message: repr-quoted, cut at ``limit``."""
-    cut = text if len(text) <= limit else text[:limit] + "..."
-    return repr(cut)
+def shown_excerpt(text: str, limit: int = 60) -> str:
+    """Outside text (file content, a link target, an option's value) as a message may quote it:
+    at most ``limit`` characters, escaped and quoted as repr() does, so no control character or
+    megabyte of garbage lands in a report or on a terminal."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def file_kind(mode: int) -> str:
+    """What an st_mode is, in words for a message ("a FIFO")."""
+    for test, name in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def os_reason(exc: BaseException) -> str:
+    """The system's words for an OSError ("No space left on device"), else the exception's text."""
+    if isinstance(exc, OSError):
+        return exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+    return str(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -178,12 +183,16 @@ class _Refused(ValueError):
     pass
 
 
+# json.loads keywords that make it strict JSON as gpudoctor reads it (also for the rule cache).
+STRICT_JSON: dict[str, Any] = {"parse_int": _json_int, "parse_float": _json_float, "parse_constant": _json_constant}
+
+
 def parse_json(text: str, origin: str, what: str = "JSON file", max_depth: int = MAX_DEPTH) -> Any:
     """Strict JSON; InputError naming ``origin`` (and the line where the parser knows it)."""
     import json
 
     try:
-        data = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        data = json.loads(text, **STRICT_JSON)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise InputError(origin, f"not a {what}: invalid JSON at {where}: {exc.msg}") from None
@@ -413,5 +422,8 @@ __all__: list[str] = [
     "read_input",
     "read_text_input",
     "shown_excerpt",
+    "STRICT_JSON",
+    "file_kind",
+    "os_reason",
     "type_name",
 ]

@@ -50,6 +50,8 @@ import stat
 import sys
 from typing import Any
 
+from .inputs import file_kind, os_reason
+
 
 class OutputError(Exception):
     """An output that could not be written; ``str()`` is one line naming the path."""
@@ -74,28 +76,8 @@ def _shown(path: str | os.PathLike[str]) -> str:
     return printable(os.fspath(path))
 
 
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, OSError):
-        return exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
-    return str(exc)
-
-
 def _encode(data: str | bytes) -> bytes:
     return data.encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISREG, "a regular file"),
-    ):
-        if test(mode):
-            return name
-    return "not a file gpudoctor writes"
 
 
 def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
@@ -109,7 +91,7 @@ def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
             raise ValueError("a NUL byte in the name")
         own = _own_descriptor(text) if os.path.islink(text) else None
     except (OSError, ValueError) as exc:
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     if own is not None:  # /dev/stdout, /dev/fd/N: the caller's shell opened it
         _write_own_descriptor(own, raw, shown)
         return
@@ -120,7 +102,7 @@ def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            raise OutputError(shown, _why(exc)) from None
+            raise OutputError(shown, os_reason(exc)) from None
         if st is None or stat.S_ISREG(st.st_mode):
             _replace(dir_fd, name, raw, shown)
         elif stat.S_ISLNK(st.st_mode):
@@ -128,7 +110,7 @@ def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
         elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
             _write_in_place(dir_fd, name, raw, shown, follow=False)
         else:
-            raise OutputError(shown, f"it is {_kind(st.st_mode)}; give a file name")
+            raise OutputError(shown, f"it is {file_kind(st.st_mode)}; give a file name")
     finally:
         os.close(dir_fd)
 
@@ -189,7 +171,7 @@ def _open_parent(path: str, shown: str) -> tuple[int, str]:
         return fd, name
     except OSError as exc:
         os.close(fd)
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     except BaseException:
         os.close(fd)
         raise
@@ -220,7 +202,7 @@ def _replace(dir_fd: int, name: str, raw: bytes, shown: str) -> None:
         except OSError:
             pass
     except OSError as exc:
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     finally:
         if fd >= 0:
             os.close(fd)
@@ -239,12 +221,12 @@ def _through_link(dir_fd: int, name: str, link: os.stat_result, raw: bytes, show
     except FileNotFoundError:
         target = None
     except OSError as exc:
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     device = target is not None and (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode))
     if device and _trusted_link(link):
         _write_in_place(dir_fd, name, raw, shown, follow=True)
         return
-    what = "which does not exist" if target is None else _kind(target.st_mode)
+    what = "which does not exist" if target is None else file_kind(target.st_mode)
     try:
         where = f" (to {_shown(os.readlink(name, dir_fd=dir_fd))}, {what})"
     except OSError:
@@ -283,7 +265,7 @@ def _write_own_descriptor(fd: int, raw: bytes, shown: str) -> None:
     try:
         st = os.fstat(fd)
     except OSError as exc:
-        raise OutputError(shown, f"descriptor {fd} is not open ({_why(exc)})") from None
+        raise OutputError(shown, f"descriptor {fd} is not open ({os_reason(exc)})") from None
     if stat.S_ISDIR(st.st_mode):
         raise OutputError(shown, "it is a directory; give a file name")
     if fd in (1, 2):  # what gpudoctor already printed there comes first
@@ -296,7 +278,7 @@ def _write_own_descriptor(fd: int, raw: bytes, shown: str) -> None:
     try:
         _write_all(fd, raw)
     except OSError as exc:
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
 
 
 def _write_in_place(dir_fd: int, name: str, raw: bytes, shown: str, *, follow: bool) -> None:
@@ -308,16 +290,16 @@ def _write_in_place(dir_fd: int, name: str, raw: bytes, shown: str, *, follow: b
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise OutputError(shown, "a FIFO that no process is reading (or a device that is not there)") from None
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # replaced since lstat
-            raise OutputError(shown, f"it changed to {_kind(st.st_mode)} while being opened; not written")
+            raise OutputError(shown, f"it changed to {file_kind(st.st_mode)} while being opened; not written")
         _write_all(fd, raw, timeout=WRITE_TIMEOUT_S)
     except TimeoutError:
         raise OutputError(shown, f"its reader took nothing for {WRITE_TIMEOUT_S:g} s") from None
     except OSError as exc:
-        raise OutputError(shown, _why(exc)) from None
+        raise OutputError(shown, os_reason(exc)) from None
     finally:
         os.close(fd)
 
@@ -383,7 +365,7 @@ def write_stdout(text: str) -> None:
         stream.write(text)
         stream.flush()
     except OSError as exc:
-        raise OutputError(STDOUT, _why(exc)) from None
+        raise OutputError(STDOUT, os_reason(exc)) from None
 
 
 def failed_standard_stream(exc: OSError) -> int | None:

@@ -20,10 +20,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from ..inputs import MAX_INT_DIGITS
+
 _VERSION_HEAD = re.compile(r"\d+(?:\.\d+)*")
 
 # Digits a number in a fact string may have for a helper to convert it (2**64 has 20).
-MAX_NUMBER_DIGITS = 40
+MAX_NUMBER_DIGITS = MAX_INT_DIGITS
 # Dotted parts a version may have ("580.65.06" has 3).
 MAX_VERSION_PARTS = 16
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import stat
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .. import __version__
+from ..inputs import STRICT_JSON
 
 if TYPE_CHECKING:
     from .loader import RuleSet
@@ -71,8 +71,6 @@ _MAX_SYMLINKS = 40
 _PREFIX = "rules-"
 _SUFFIX = ".json"
 _KEY = re.compile(r"[0-9a-f]{64}")
-# As gpudoctor.inputs.MAX_INT_DIGITS: the YAML reader refuses a longer integer, so no entry holds one.
-_MAX_INT_DIGITS = 40
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | _CLOEXEC
@@ -257,23 +255,6 @@ def _entry_name(cache_key: str) -> str:
     return f"{_PREFIX}{cache_key}{_SUFFIX}"
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999: no rule file gives one (the YAML reader refuses it)
-        raise ValueError(f"{text} is not a finite number")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) - text.startswith("-") > _MAX_INT_DIGITS:
-        raise ValueError(f"an integer of {len(text)} digits")
-    return int(text)
-
-
 def load(cache_key: str | None) -> Any | None:
     """The data stored under ``cache_key``, or None (missing, unsafe, malformed, another format)."""
     if cache_key is None or not _KEY.fullmatch(cache_key):
@@ -289,7 +270,7 @@ def load(cache_key: str | None) -> Any | None:
         return None
     try:
         entry = json.loads(
-            blob.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
+            blob.decode("utf-8"), **STRICT_JSON
         )
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None

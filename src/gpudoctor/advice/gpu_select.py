@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from ..facts import Unavailable
 from ..findings import Finding, Severity, Status
+from ..inputs import shown_excerpt
 
 GIB = 1 << 30
 IDLE_UTILISATION_PCT = 5
@@ -100,7 +101,8 @@ def _visible(env: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> tuple
         if len(match) != 1:
             break  # CUDA stops at the first entry it cannot use
         allowed.add(str(match[0]["bus_id"]))
-    return allowed, f"only GPUs in CUDA_VISIBLE_DEVICES={raw} were considered"
+    shown = raw if len(raw) <= 80 else f"{shown_excerpt(raw, 80)} ({len(raw)} characters)"  # of any length
+    return allowed, f"only GPUs in CUDA_VISIBLE_DEVICES={shown} were considered"
 
 
 def plan(

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..inputs import shown_excerpt
 from .fix_list import shell_command
 from .numa_topology import (
     MAX_BYTES,
@@ -184,6 +185,7 @@ def _cuda_order(gpus: list[GpuInfo], device_order: str | None, warnings: list[st
 
 
 _INDEX_RE = re.compile(r"-?[0-9]+")
+_MAX_LISTED = 8  # GPUs named in one warning; the rest are counted
 
 
 def _visible(
@@ -197,10 +199,17 @@ def _visible(
         warnings.append("CUDA_VISIBLE_DEVICES is empty: the job sees no GPU")
         return []
     out: list[GpuInfo] = []
+    # A repeated GPU is said once, however often the value repeats it: the value comes from
+    # outside (the environment, a snapshot), and its length is not bounded.
+    repeated: list[GpuInfo] = []
+    repeats = 0
+    hidden = ""
     for position, raw in enumerate(value.split(",")):
         entry = raw.strip()
+        shown = shown_excerpt(entry)
         target: GpuInfo | None = None
         problem = ""
+        mig = False
         if _INDEX_RE.fullmatch(entry):
             # ASCII digits only (int() takes other scripts' digits, CUDA does not), and no int()
             # of a string past any GPU count (int() refuses more than 4300 digits).
@@ -214,33 +223,41 @@ def _visible(
             prefix = entry[4:] if entry.upper().startswith("MIG-") else entry
             prefix = prefix.split("/", 1)[0].lower()
             if any(g.uuid is None for g in order):
-                problem = f"{entry} is a UUID but the GPUs' UUIDs are unknown (NVML unavailable)"
+                problem = f"{shown} is a UUID but the GPUs' UUIDs are unknown (NVML unavailable)"
             else:
                 matches = [g for g in order if g.uuid and g.uuid.lower().startswith(prefix)]
                 if len(matches) == 1:
                     target = matches[0]
-                    if entry.upper().startswith("MIG-"):
-                        notes.append(f"{entry} is a MIG instance: the plan binds for its parent GPU {target.label}")
+                    mig = entry.upper().startswith("MIG-")
                 elif matches:
-                    problem = f"{entry} is a prefix of {len(matches)} GPU UUIDs"
+                    problem = f"{shown} is a prefix of {len(matches)} GPU UUIDs"
                 else:
-                    problem = f"{entry} matches no GPU UUID"
+                    problem = f"{shown} matches no GPU UUID"
         elif entry.upper().startswith("MIG-"):
-            problem = f"{entry} is a MIG device UUID, which the facts cannot map to its GPU"
+            problem = f"{shown} is a MIG device UUID, which the facts cannot map to its GPU"
         else:
-            problem = f"{entry!r} is neither an index nor a GPU UUID"
+            problem = f"{shown} is neither an index nor a GPU UUID"
         if target is not None and target in out:
-            warnings.append(
-                f"CUDA_VISIBLE_DEVICES lists {target.label} twice (entry {position + 1}, {entry!r}); planned once"
-            )
+            repeats += 1
+            if target not in repeated:
+                repeated.append(target)
             continue
         if target is None:
-            warnings.append(
-                f"CUDA_VISIBLE_DEVICES entry {position + 1} ({entry!r}): {problem}; CUDA hides it and every entry "
-                "after it"
-            )
+            hidden = f"CUDA_VISIBLE_DEVICES entry {position + 1}: {problem}; CUDA hides it and every entry after it"
             break
+        if mig:
+            notes.append(f"{shown} is a MIG instance: the plan binds for its parent GPU {target.label}")
         out.append(target)
+    if repeated:
+        listed = ", ".join(g.label for g in repeated[:_MAX_LISTED])
+        if len(repeated) > _MAX_LISTED:
+            listed += f" and {len(repeated) - _MAX_LISTED} more"
+        warnings.append(
+            f"CUDA_VISIBLE_DEVICES names {listed} more than once ({repeats} repeated "
+            f"entr{'y' if repeats == 1 else 'ies'}); each GPU is planned once"
+        )
+    if hidden:
+        warnings.append(hidden)
     return out
 
 

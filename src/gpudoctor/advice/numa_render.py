@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
+from ..inputs import shown_excerpt
 from .fix_list import shell_comment
 from .numa_plan import GIB, STRATEGIES, GpuBinding, NumaPlan, plan_numa
 from .numa_topology import cpulist
@@ -104,6 +105,9 @@ def _wrap(prefix: str, text: str, width: int = 100) -> list[str]:
     return [shell_comment(" ".join(words), lead) for lead, words in rows]
 
 
+_MAX_SHOWN = 80  # characters of a CUDA_VISIBLE_DEVICES value shown
+
+
 def _visibility_line(plan: NumaPlan) -> str:
     count = len(plan.all_gpus)
     if plan.visible is None:
@@ -111,7 +115,10 @@ def _visibility_line(plan: NumaPlan) -> str:
             return "CUDA_VISIBLE_DEVICES is not set"
         return f"CUDA_VISIBLE_DEVICES is not set: the job sees all {count} GPU(s), cuda:N = GPU N (PCI bus order)"
     where = "given with --visible-devices" if plan.visible_from == "option" else "from the environment"
-    return f"CUDA_VISIBLE_DEVICES={plan.visible} ({where}): the job sees {len(plan.bindings)} of {count} GPU(s)"
+    value = plan.visible
+    if len(value) > _MAX_SHOWN:  # outside text of any length: an excerpt, and how long it is
+        value = f"{shown_excerpt(value, _MAX_SHOWN)} ({len(plan.visible)} characters)"
+    return f"CUDA_VISIBLE_DEVICES={value} ({where}): the job sees {len(plan.bindings)} of {count} GPU(s)"
 
 
 def _gpu_head(b: GpuBinding) -> str:

@@ -497,3 +497,19 @@ def read_recorded(ctx: ProbeContext, name: str, limit: int = MAX_READ) -> bytes 
     if ctx.live:
         return Unavailable("not_found", f"no recorded {name} on the live machine")
     return read_bytes(ctx, "/" + name, limit)
+
+
+def parse_recorded_json(raw: bytes, path: str) -> Any:
+    """The bytes of a recorded-answers file (torch.json) as strict JSON (gpudoctor.inputs.parse_json:
+    no NaN, bounded integers and nesting), or Unavailable('error', why): what json.loads takes
+    beyond it would go into a snapshot that check --facts refuses."""
+    from ..inputs import InputError, parse_json
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Unavailable("error", f"{path}: not readable JSON: not UTF-8 text (byte 0x{raw[exc.start]:02x})")
+    try:
+        return parse_json(text[1:] if text.startswith("\ufeff") else text, path)
+    except InputError as exc:
+        return Unavailable("error", f"{path}: not readable JSON: {exc.message}")

@@ -22,7 +22,6 @@ keys of ``torch.json`` when the recording has them.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -34,6 +33,7 @@ from ..facts import Unavailable
 from .files import (
     exists,
     parse_cpulist,
+    parse_recorded_json,
     read_cpulist,
     read_lines,
     read_parsed,
@@ -260,10 +260,7 @@ def _recorded_python(ctx: ProbeContext) -> tuple[str | Unavailable, str | Unavai
     absent = Unavailable("not_found", "interpreter not recorded in the fixture root")
     if isinstance(raw, Unavailable):
         return absent, absent
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: JSON nested 1000 deep
-        return absent, absent
+    data = parse_recorded_json(raw, "torch.json")  # strict JSON, as the torch probe reads it
     if not isinstance(data, dict):
         return absent, absent
     out: list[str | Unavailable] = []

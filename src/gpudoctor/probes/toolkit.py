@@ -15,7 +15,6 @@ Reads (through the context root; environment from ``ctx.env``):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from ..context import ProbeContext, shown
 from ..facts import Unavailable
+from ..inputs import parse_json
 from .files import (
     MAX_SEARCH_DIRS,
     is_dir,
@@ -79,9 +79,10 @@ def cuda_dir_version(ctx: ProbeContext, cuda_dir: str) -> str | Unavailable:
     raw = read_text(ctx, f"{cuda_dir}/version.json")
     if isinstance(raw, str):
         try:
-            data = json.loads(raw)
+            # strict JSON (no NaN, bounded integers and nesting), as every file of a root is read
+            data = parse_json(raw, str(ctx.path(cuda_dir + "/version.json")))
             release = _release(str(data["cuda"]["version"]))
-        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested 1000 deep
+        except (ValueError, KeyError, TypeError):  # ValueError: InputError, not strict JSON
             release = None
         if release:
             return release

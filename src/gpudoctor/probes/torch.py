@@ -31,7 +31,6 @@ Under a fixture root the section is the JSON object recorded in ``<root>/torch.j
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import struct
@@ -41,7 +40,15 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
-from .files import CommandResult, read_file_bytes, read_recorded, run_bounded, unavailable_from_oserror
+from ..inputs import parse_json
+from .files import (
+    CommandResult,
+    parse_recorded_json,
+    read_file_bytes,
+    read_recorded,
+    run_bounded,
+    unavailable_from_oserror,
+)
 
 FIELDS = (
     "installed",
@@ -411,8 +418,8 @@ def _parse_marked(stdout: str) -> dict[str, Any]:
     for line in stdout.splitlines():
         if line.startswith(MARKER):
             try:
-                item = json.loads(line[len(MARKER):])
-            except ValueError:
+                item = parse_json(line[len(MARKER):], "torch child output")
+            except ValueError:  # InputError: not strict JSON
                 continue
             if isinstance(item, dict):
                 merged.update(item)
@@ -585,11 +592,13 @@ def recorded_facts(path: str) -> dict[str, Any] | Unavailable:
 
 
 def recorded_from(raw: bytes, path: str) -> dict[str, Any] | Unavailable:
-    """The torch section from the bytes of a torch.json (``path`` names it in messages)."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested 1000 deep
-        return Unavailable("error", f"{path}: not readable JSON: {exc}")
+    """The torch section from the bytes of a torch.json (``path`` names it in messages).
+
+    Read as strict JSON (gpudoctor.inputs.parse_json), as a snapshot is: what json.loads takes
+    beyond it (NaN, a 4000-digit integer) would go into a snapshot that check --facts refuses."""
+    data = parse_recorded_json(raw, path)
+    if isinstance(data, Unavailable):
+        return data
     try:
         data = from_jsonable(data)
     except SnapshotError as exc:

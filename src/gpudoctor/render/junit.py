@@ -15,12 +15,21 @@ from typing import Any
 from ..findings import Finding, Status
 
 # XML 1.0 allows no control characters besides tab, newline and carriage return, and no lone
-# surrogate (which no encoding can write either).
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# surrogate (which no encoding can write either). The file is written as rendered, without the
+# output writer's escaping pass, and CI logs and terminals show it, so
+# carriage return, DEL, the C1 controls (``\x9b`` is an 8-bit CSI) and the bidirectional
+# embedding/override/isolate characters go too: each becomes a visible escape, as
+# gpudoctor.render.safe writes them (``\x1b``, ``\u009b``, ``\u202e``).
+_NOT_SHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return "\\r" if code == 0x0D else f"\\x{code:02x}" if code < 0x20 else f"\\u{code:04x}"
 
 
 def _clean(text: str) -> str:
-    return _NOT_XML.sub("?", text)
+    return _NOT_SHOWN.sub(_visible, text)
 
 
 def _body(f: Finding) -> str:
@@ -45,7 +54,7 @@ def render(report: Any) -> str:
         case = ET.Element(
             "testcase",
             {
-                "classname": f"gpudoctor.{f.area}",
+                "classname": _clean(f"gpudoctor.{f.area}"),
                 "name": _clean(f"{f.rule_id} [{f.subject.label}]"),
                 "time": "0",
             },

@@ -25,10 +25,21 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..findings import Status
+from .safe import printable_lines
+
+# The file is written as rendered (the output writer's escaping pass would break the format), so
+# outside text (a GPU name, a subject) is made printable here: every control character but the
+# newline becomes a visible escape, then backslash, double quote and newline are escaped as the
+# exposition format says (label values: all three; HELP text: backslash and newline).
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    text = printable_lines(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text: str) -> str:
+    return printable_lines(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _labels(pairs: Iterable[tuple[str, Any]]) -> str:
@@ -61,7 +72,7 @@ class _Families:
     def text(self) -> str:
         lines = []
         for name in self.order:
-            lines.append(f"# HELP {name} {self.help[name]}")
+            lines.append(f"# HELP {name} {_help(self.help[name])}")
             lines.append(f"# TYPE {name} gauge")
             for labels, value in self.samples[name].items():
                 lines.append(f"{name}{labels} {value}")

@@ -24,8 +24,12 @@ def main() -> None:
 
         nvml.prestart(sys.argv[1:])
         from .cli import entry
-    except (KeyboardInterrupt, SystemExit) as exc:  # SystemExit: children.Stopped
-        _stopped_early(exc)
+    except BaseException as exc:
+        loaded = sys.modules.get(f"{__package__}.children")
+        stop = loaded.stop_in(exc) if loaded is not None else exc if isinstance(exc, KeyboardInterrupt) else None
+        if stop is None:
+            raise
+        _stopped_early(stop)
     entry()
 
 

@@ -517,3 +517,18 @@ def _stderr_line(text: str) -> None:
 def say_stopped(signo: int) -> None:
     """Write describe(signo) to stderr, never raising (the terminal may be gone: SIGHUP)."""
     _stderr_line(describe(signo))
+
+
+def stop_in(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit (a Stopped) that ``exc`` is or was caused by, if any.
+    A signal can arrive in the middle of any import, and Python wraps what the handler raised in
+    some places (a RuntimeError from __set_name__ while a class is made: seen in platform.py
+    during click's import), so the chain of causes is searched, not the exception alone."""
+    current: BaseException | None = exc
+    for _ in range(16):
+        if current is None:
+            break
+        if isinstance(current, (KeyboardInterrupt, SystemExit)):
+            return current
+        current = current.__cause__ or current.__context__
+    return None

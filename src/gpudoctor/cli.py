@@ -510,6 +510,14 @@ def run(argv: Sequence[str] | None = None, command: click.Command | None = None,
         if stream == 1:
             say(f"gpudoctor: error: cannot write {STDOUT}: {printable(exc.strerror or exc)}")
         return 2
+    except Exception as exc:  # a stop signal that Python wrapped on its way (see children.stop_in)
+        from .children import stop_in
+
+        stop = stop_in(exc)
+        if stop is None:
+            raise
+        code = getattr(stop, "code", None)
+        return code if isinstance(code, int) else 130
     return 0
 
 

@@ -514,3 +514,22 @@ def test_every_wait_is_clamped() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_stop_signal_wrapped_by_python_is_still_a_stop() -> None:
+    """A signal during click's import once arrived inside a class's __set_name__, which Python
+    re-raises as a RuntimeError caused by the handler's exception: a traceback, not exit 130."""
+    from gpudoctor.children import Stopped, stop_in
+
+    try:
+        try:
+            raise Stopped(signal.SIGTERM)
+        except BaseException as inner:
+            raise RuntimeError("Error calling __set_name__") from inner
+    except RuntimeError as wrapped:
+        found = stop_in(wrapped)
+    assert isinstance(found, Stopped) and found.code == 143
+    assert stop_in(ValueError("not a signal")) is None
+    interrupted = RuntimeError("wrapped")
+    interrupted.__context__ = KeyboardInterrupt()
+    assert isinstance(stop_in(interrupted), KeyboardInterrupt)

@@ -282,7 +282,6 @@ def link_name(ctx: ProbeContext, absolute: str) -> str | Unavailable:
         return unavailable_from_oserror(path, exc)
 
 
-_MAX_LINK_HOPS = MAX_LINK_HOPS
 
 
 def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
@@ -328,7 +327,7 @@ def resolve_path(ctx: ProbeContext, absolute: str) -> str | Unavailable:
                 continue
             return unavailable_from_oserror(real, exc)
         hops += 1
-        if hops > _MAX_LINK_HOPS:
+        if hops > MAX_LINK_HOPS:
             return Unavailable("error", f"{ctx.path(absolute)}: symlink loop")
         done.pop()
         if target.startswith("/"):
@@ -380,18 +379,6 @@ class CommandResult:
     stderr: str
     timed_out: bool = False
     cut: bool = False
-
-
-def kill_and_forget(proc: Any, name: str) -> None:
-    """SIGKILL a child started with start_new_session=True (its whole group) and never wait for it.
-
-    A child stuck in the kernel (uninterruptible sleep after a GPU fault) may not die at once;
-    a daemon thread reaps it whenever it does, so no caller blocks and no zombie is left.
-    ``proc`` is a subprocess.Popen. See gpudoctor.children.forget.
-    """
-    from ..children import forget
-
-    forget(proc, name)
 
 
 def run_bounded(

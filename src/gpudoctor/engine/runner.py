@@ -100,19 +100,26 @@ TIMEOUT_MESSAGE = "cannot check: timeout (the run's time limit was reached)"
 TIMEOUT_DETAIL = "the run's deadline passed before this rule was judged for this subject"
 
 
-def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
+def _engine_finding(
+    rule: Rule, subject: Subject, status: Status, message: str, detail: str, cause: str = ""
+) -> Finding:
+    """A finding the engine itself gives a rule (it timed out, broke, or had too many subjects)."""
     return Finding(
         rule_id=rule.id,
         title=rule.title,
         area=rule.area,
         severity=rule.severity,
-        status=Status.UNKNOWN,
+        status=status,
         subject=subject,
-        message=TIMEOUT_MESSAGE,
+        message=message,
         docs=rule.docs,
-        detail=TIMEOUT_DETAIL,
-        cause=TIMEOUT_CAUSE,
+        detail=detail,
+        cause=cause,
     )
+
+
+def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
+    return _engine_finding(rule, subject, Status.UNKNOWN, TIMEOUT_MESSAGE, TIMEOUT_DETAIL, TIMEOUT_CAUSE)
 
 
 def _names(rule: Rule) -> tuple[list[str], bool]:
@@ -253,31 +260,18 @@ def evaluate_rule(
 
 def _broken(rule: Rule, subject: Subject, exc: BaseException) -> Finding:
     """The finding for a rule whose evaluation failed outside the guarded expressions."""
-    return Finding(
-        rule_id=rule.id,
-        title=rule.title,
-        area=rule.area,
-        severity=rule.severity,
-        status=Status.ERROR,
-        subject=subject,
-        message=f"rule {rule.id} broke: {type(exc).__name__}",
-        docs=rule.docs,
-        detail=f"{_describe(exc)} (rule defined at {rule.source}:{rule.line})",
-    )
+    detail = f"{_describe(exc)} (rule defined at {rule.source}:{rule.line})"
+    return _engine_finding(rule, subject, Status.ERROR, f"rule {rule.id} broke: {type(exc).__name__}", detail)
 
 
 def _left_out(rule: Rule, kind: str, count: int) -> Finding:
-    return Finding(
-        rule_id=rule.id,
-        title=rule.title,
-        area=rule.area,
-        severity=rule.severity,
-        status=Status.UNKNOWN,
-        subject=Subject(kind, f"{count} more {kind} subjects"),
-        message=f"cannot check: {count} more subjects than the {MAX_SUBJECTS_PER_RULE} a rule judges in one run",
-        docs=rule.docs,
-        detail=f"a rule judges at most {MAX_SUBJECTS_PER_RULE} subjects per run; these were left out",
-        cause=LIMIT_CAUSE,
+    return _engine_finding(
+        rule,
+        Subject(kind, f"{count} more {kind} subjects"),
+        Status.UNKNOWN,
+        f"cannot check: {count} more subjects than the {MAX_SUBJECTS_PER_RULE} a rule judges in one run",
+        f"a rule judges at most {MAX_SUBJECTS_PER_RULE} subjects per run; these were left out",
+        LIMIT_CAUSE,
     )
 
 

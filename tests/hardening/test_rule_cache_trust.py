@@ -26,18 +26,8 @@ import pytest
 from gpudoctor.engine import loader
 from gpudoctor.engine.loader import RuleSet, load_rules
 from tests.conftest import REPO
+from tests.engine.test_rule_cache import RULE  # the one cached rule both files test with
 
-RULE = """\
-- id: cached-check
-  title: A cached check
-  area: env
-  severity: warning
-  fail_if: host.env.FLAG == "1"
-  message: "FLAG is {host.env.FLAG}"
-  fix: unset FLAG
-  why: because it is a test
-  refs: [test]
-"""
 OTHER_UID = 12345
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files owned by another user")
 

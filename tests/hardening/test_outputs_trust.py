@@ -689,3 +689,10 @@ def test_a_fifo_reader_that_never_reads_cannot_hang_the_writer(tmp_path, monkeyp
         assert time.monotonic() - started < 10
     finally:
         os.close(reader)
+
+
+def test_bidi_marks_and_unicode_line_separators_are_escaped_too():
+    # they reorder or break a line for some readers; found missing by review
+    for ch in ("\u061c", "\u200e", "\u200f", "\u2028", "\u2029"):
+        assert ch not in printable(f"gpu{ch}host") and ch not in terminal_safe(f"gpu{ch}host")
+    assert printable("héllo ✓ 日本") == "héllo ✓ 日本"

@@ -29,9 +29,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# C0 controls, DEL, C1 controls, lone surrogates, and the bidirectional embedding, override and
-# isolate characters (U+202A-U+202E, U+2066-U+2069: they reorder what follows them on the line).
-_OTHER = "\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# C0 controls, DEL, C1 controls, lone surrogates, the bidirectional marks, embeddings, overrides
+# and isolates (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069: they reorder what follows
+# them on the line) and the Unicode line and paragraph separators (U+2028-U+2029: a line break
+# to some readers).
+_OTHER = "\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
 # Compiled at import: all but newline and tab (what the output writer escapes); the other two
 # patterns are compiled when first needed (a value with a newline or tab, colour on).
 _UNSAFE_BUT_WHITESPACE = re.compile(f"[\x00-\x08\x0b-\x1f{_OTHER}]")

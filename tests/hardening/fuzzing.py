@@ -45,6 +45,18 @@ def fuzz(examples: int) -> Any:
     )
 
 
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key/index path in a JSON tree (the places a mutation may edit)."""
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out += paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            out += paths(child, (*prefix, index))
+    return out
+
+
 TABLES = load_tables(builtin_rules_dir() / "data")
 RULES = None  # loaded on first use (tests that never run rules do not pay for it)
 REAL_SNAPSHOT = (SNAPSHOTS / "h200-x2.json").read_text(encoding="utf-8")

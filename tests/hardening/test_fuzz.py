@@ -148,20 +148,7 @@ def test_snapshot_any_bytes(data: bytes) -> None:
 
 
 REAL = json.loads(fuzzing.REAL_SNAPSHOT)
-
-
-def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            out += paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            out += paths(child, (*prefix, index))
-    return out
-
-
-REAL_PATHS = paths(REAL)
+REAL_PATHS = fuzzing.paths(REAL)
 REPLACEMENTS = (
     JSON
     | st.sampled_from([{"unavailable": "error", "detail": "x"}, {"unavailable": "nope"}, -1, 0, 2**70, "", "0-3",

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.cli import run
 from tests.conftest import HOSTS, REPO, SNAPSHOTS
-from tests.hardening.fuzzing import fuzz
+from tests.hardening.fuzzing import fuzz, paths
 from tests.hardening.roots import light_copy
 
 REAL_TEXT = (SNAPSHOTS / "h200-x2.json").read_text(encoding="utf-8")
@@ -83,18 +83,7 @@ HOSTILE_VALUES: list[Any] = [
 HOSTILE_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000]
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            out += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            out += _paths(child, (*prefix, index))
-    return out
-
-
-REAL_PATHS = _paths(REAL)
+REAL_PATHS = paths(REAL)
 EDITS = st.lists(
     st.tuples(st.sampled_from(REAL_PATHS), st.sampled_from(range(len(HOSTILE_VALUES) + 1))), min_size=1, max_size=5
 )
@@ -274,7 +263,7 @@ POLICY = {
     "deep": {"enabled": False, "memory_mib": 512},
     "distributed": {"min_busbw_gbps": 100, "allreduce_mib": 128, "iterations": 10},
 }
-POLICY_PATHS = _paths(POLICY)
+POLICY_PATHS = paths(POLICY)
 
 
 @fuzz(30)
@@ -306,7 +295,7 @@ def test_mutated_reports_through_merge(capsys: pytest.CaptureFixture[str], gate:
     snapshot = str(SNAPSHOTS / "h200-x2.json")
     report = _report(capsys, ["gate" if gate else "check", "--facts", snapshot, "--format", "json"])
     choices = st.sampled_from(range(len(HOSTILE_VALUES) + 1))
-    edits = data.draw(st.lists(st.tuples(st.sampled_from(_paths(report)), choices), max_size=4))
+    edits = data.draw(st.lists(st.tuples(st.sampled_from(paths(report)), choices), max_size=4))
     number = data.draw(st.none() | st.sampled_from(range(len(HOSTILE_NUMBERS))))
     one = _file("one.json", to_json(mutate(report, edits), number))
     two = _file("two.json", json.dumps(report))

@@ -101,9 +101,18 @@ TIMEOUT_DETAIL = "the run's deadline passed before this rule was judged for this
 
 
 def _engine_finding(
-    rule: Rule, subject: Subject, status: Status, message: str, detail: str, cause: str = ""
+    rule: Rule,
+    subject: Subject,
+    status: Status,
+    message: str,
+    detail: str = "",
+    cause: str = "",
+    *,
+    fix: str = "",
+    evidence: list[tuple[str, Any]] | None = None,
 ) -> Finding:
-    """A finding the engine itself gives a rule (it timed out, broke, or had too many subjects)."""
+    """A finding of ``rule`` on ``subject``: the rule's own verdict, or one the engine gives it
+    (it timed out, broke, or had too many subjects)."""
     return Finding(
         rule_id=rule.id,
         title=rule.title,
@@ -112,6 +121,8 @@ def _engine_finding(
         status=status,
         subject=subject,
         message=message,
+        evidence=evidence if evidence is not None else [],
+        fix=fix,
         docs=rule.docs,
         detail=detail,
         cause=cause,
@@ -203,20 +214,7 @@ def evaluate_rule(
     def finding(status: Status, message: str, fix: str = "", detail: str = "", cause: str = "") -> Finding:
         # Evidence is what the conditions read, not what the message template read afterwards.
         end = evidence_end[0] if evidence_end else len(reads)
-        return Finding(
-            rule_id=rule.id,
-            title=rule.title,
-            area=rule.area,
-            severity=rule.severity,
-            status=status,
-            subject=subject,
-            message=message,
-            evidence=_dedup(reads[:end]),
-            fix=fix,
-            docs=rule.docs,
-            detail=detail,
-            cause=cause,
-        )
+        return _engine_finding(rule, subject, status, message, detail, cause, fix=fix, evidence=_dedup(reads[:end]))
 
     def render(template: Any) -> str:
         text: str = template.render(names, functions, cache)

@@ -364,10 +364,11 @@ def test_root_tree_values_stay_comments(capsys, tmp_path, marker):
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
 def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
     from gpudoctor.advice import fix_list, torch_build
-    from gpudoctor.advice.numa_render import render_numa_plan
+    from gpudoctor.advice.numa_plan import plan_numa
     from gpudoctor.engine.loader import load_rules
     from gpudoctor.engine.runner import run_rules
     from gpudoctor.facts import parse_snapshot
+    from gpudoctor.render.numa_plan import render_numa_plan
 
     text = PAYLOADS[payload].format(t=TOUCH, m=marker)
     rules = tmp_path / "rules"
@@ -385,8 +386,8 @@ def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
         # each strategy, and the hostile CUDA_VISIBLE_DEVICES entries with one of them
         plans = [(strategy, None) for strategy in ("node", "socket", "exclusive", "core-complex")]
         for strategy, visible in plans + [("node", "0," + text), ("node", "GPU-" + text)]:
-            plan = render_numa_plan(facts, strategy, "shell", True, visible)
-            scripts.append((f"{variant}-numa-{strategy}", plan, {"numactl"}))
+            plan = plan_numa(facts, strategy=strategy, membind=True, visible=visible)
+            scripts.append((f"{variant}-numa-{strategy}", render_numa_plan(plan, facts, "shell"), {"numactl"}))
         scripts.append((f"{variant}-torch", torch_build.render_shell(torch_build.recommend(facts)), {"pip"}))
     for n, (name, script, allowed) in enumerate(scripts):
         work = tmp_path / f"{n}-{name}"

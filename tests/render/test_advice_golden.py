@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.advice import torch_build
-from gpudoctor.advice.numa_render import render_numa_plan
+from gpudoctor.advice.numa_plan import plan_numa
+from gpudoctor.render.numa_plan import render_numa_plan
 from tests.conftest import HOSTS, probed
 from tests.helpers.golden import GOLDEN, check
 
@@ -21,8 +22,9 @@ ADVICE = GOLDEN / "advice"
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_numa_plan(scenario):
     facts = probed(scenario)
-    check(ADVICE / f"{scenario}.fix-numa.sh", render_numa_plan(facts, "node", "shell"))
-    check(ADVICE / f"{scenario}.fix-numa.json", render_numa_plan(facts, "node", "json"))
+    plan = plan_numa(facts)
+    check(ADVICE / f"{scenario}.fix-numa.sh", render_numa_plan(plan, facts, "shell"))
+    check(ADVICE / f"{scenario}.fix-numa.json", render_numa_plan(plan, facts, "json"))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

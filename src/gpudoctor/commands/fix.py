@@ -4,7 +4,7 @@
   takes (the rule's fix-config / fix-root / fix-reboot / fix-hardware tag), with the finding it
   answers and the check to run afterwards;
 - ``--torch``: the torch build for this machine and the exact install command (advice/torch_build);
-- ``--numa``: the NUMA binding plan per GPU (advice/numa_render, imported only when asked).
+- ``--numa``: the NUMA binding plan per GPU (advice/numa_plan, written by render/numa_plan).
 
 gpudoctor prints fixes and never runs them. Exit status: 0 printed; 1 ``--torch`` found no torch
 build that uses this machine's GPUs (the CPU build is printed); 2 bad input.
@@ -153,15 +153,17 @@ def command(
         fail("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
 
     if numa_mode:
-        # Resolve the renderer before probing so a missing module costs no probe time.
-        render = _numa_renderer()
+        from ..advice.numa_plan import plan_numa
+        from ..render.numa_plan import render_numa_plan
+
         facts, _origin = obtain_facts(facts_file, probe)
         if (fmt or "shell") != "json":
             # the planner's shell and text interpolate hostnames and device names as they are: a
             # name with a newline would add a command to a script meant to be run
             facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
-            text = render(facts, strategy or "node", fmt or "shell", membind, visible)
+            plan = plan_numa(facts, strategy=strategy or "node", membind=membind, visible=visible)
+            text = render_numa_plan(plan, facts, fmt or "shell")
         except ValueError as exc:
             fail(f"--numa: {exc}")
         write_output(text, output)
@@ -189,28 +191,6 @@ def _printable(text: str) -> str:
     from ..render.safe import printable
 
     return printable(text)
-
-
-def _numa_renderer() -> Any:
-    """The colleague-owned renderer, imported only for --numa (its signature is in its docstring)."""
-    import importlib
-
-    name = "gpudoctor.advice.numa_render"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            fail(
-                "fix --numa is not available in this build: "
-                "the NUMA planner (gpudoctor.advice.numa_render) is not there yet"
-            )
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    except ImportError as exc:
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    render = getattr(module, "render_numa_plan", None)
-    if not callable(render):
-        fail("fix --numa: gpudoctor.advice.numa_render has no render_numa_plan(); the NUMA planner is incomplete")
-    return render
 
 
 def _torch(

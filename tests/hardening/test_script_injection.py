@@ -363,11 +363,13 @@ def test_root_tree_values_stay_comments(capsys, tmp_path, marker):
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
 def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
-    from gpudoctor.advice import fix_list, torch_build
+    from gpudoctor.advice import fix_list
     from gpudoctor.advice.numa_plan import plan_numa
+    from gpudoctor.advice.torch_build import recommend
     from gpudoctor.engine.loader import load_rules
     from gpudoctor.engine.runner import run_rules
     from gpudoctor.facts import parse_snapshot
+    from gpudoctor.render import torch_build
     from gpudoctor.render.numa_plan import render_numa_plan
 
     text = PAYLOADS[payload].format(t=TOUCH, m=marker)
@@ -388,7 +390,7 @@ def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
         for strategy, visible in plans + [("node", "0," + text), ("node", "GPU-" + text)]:
             plan = plan_numa(facts, strategy=strategy, membind=True, visible=visible)
             scripts.append((f"{variant}-numa-{strategy}", render_numa_plan(plan, facts, "shell"), {"numactl"}))
-        scripts.append((f"{variant}-torch", torch_build.render_shell(torch_build.recommend(facts)), {"pip"}))
+        scripts.append((f"{variant}-torch", torch_build.render_shell(recommend(facts)), {"pip"}))
     for n, (name, script, allowed) in enumerate(scripts):
         work = tmp_path / f"{n}-{name}"
         work.mkdir()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor.advice import torch_build
 from gpudoctor.advice.numa_plan import plan_numa
+from gpudoctor.advice.torch_build import recommend
+from gpudoctor.render import torch_build
 from gpudoctor.render.numa_plan import render_numa_plan
 from tests.conftest import HOSTS, probed
 from tests.helpers.golden import GOLDEN, check
@@ -29,6 +30,6 @@ def test_golden_numa_plan(scenario):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_torch_build(scenario):
-    rec = torch_build.recommend(probed(scenario))
+    rec = recommend(probed(scenario))
     check(ADVICE / f"{scenario}.fix-torch.txt", torch_build.render_text(rec, f"fixture {scenario}"))
     check(ADVICE / f"{scenario}.fix-torch.sh", torch_build.render_shell(rec))

@@ -205,9 +205,11 @@ def _torch(
     torch_version: str | None,
     python_version: str | None,
 ) -> int:
-    from ..advice import torch_build
+    from ..advice.torch_build import recommend
+    from ..advice.torch_inputs import Overrides, TorchAdviceError
+    from ..render import torch_build
 
-    overrides = torch_build.Overrides(
+    overrides = Overrides(
         driver_version=driver_version,
         compute_capabilities=compute_capability,
         gpu_archs=gpu_arch,
@@ -216,8 +218,8 @@ def _torch(
         python_version=python_version,
     )
     try:
-        rec = torch_build.recommend(facts, overrides)
-    except torch_build.TorchAdviceError as exc:
+        rec = recommend(facts, overrides)
+    except TorchAdviceError as exc:
         fail(str(exc))
     if fmt == "json":
         text = torch_build.render_json(rec)

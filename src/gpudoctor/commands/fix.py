@@ -240,14 +240,15 @@ def _fix_list(
     no_builtin_rules: bool,
     color: bool | None,
 ) -> None:
-    from ..advice import fix_list
+    from ..advice.fix_list import collect
     from ..engine.runner import run_rules
+    from ..render import fix_list
     from ..render.text import header
 
     ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
     findings = run_rules(ruleset, facts)
     tags = {rule.id: rule.tags for rule in ruleset.rules}
-    fixes = fix_list.collect(findings, tags, rule_dirs=rule_dirs, origin=origin)
+    fixes = collect(findings, tags, rule_dirs=rule_dirs, origin=origin)
     head = header(facts) + ("" if origin == "live" else f" · facts: {origin}")
     if fmt == "json":
         text = fix_list.render_json(fixes)

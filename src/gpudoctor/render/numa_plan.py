@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ..advice.fix_list import shell_command, shell_comment
 from ..advice.numa_plan import GIB, GpuBinding, NumaPlan
 from ..advice.numa_topology import cpulist
 from ..inputs import shown_excerpt
+from .shell import shell_command, shell_comment
 
 FORMATS = ("shell", "json")
 JSON_FORMAT_VERSION = 1

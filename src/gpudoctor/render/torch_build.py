@@ -10,9 +10,9 @@ import json
 import shlex
 from typing import Any
 
-from ..advice.fix_list import shell_command, shell_comment
 from ..advice.torch_build import Recommendation
 from ..advice.torch_variants import cuda_of, sm_name
+from .shell import shell_command, shell_comment
 
 
 def commands(rec: Recommendation) -> dict[str, str]:

@@ -21,8 +21,8 @@ step "gpudoctor fix --numa"
 step "gpudoctor fix --numa --strategy exclusive --format json"
 "$PY" -m gpudoctor fix --numa --strategy exclusive --format json; echo "exit $?"
 
-step "python -m gpudoctor.advice.numa_render --membind (standalone renderer)"
-"$PY" -m gpudoctor.advice.numa_render --membind; echo "exit $?"
+step "gpudoctor fix --numa --membind"
+"$PY" -m gpudoctor fix --numa --membind; echo "exit $?"
 
 step "gpudoctor run --numa -- python -c 'import os; print(os.sched_getaffinity(0))'"
 "$PY" -m gpudoctor run --numa -- "$PY" -c "import os; print(os.sched_getaffinity(0))"; echo "exit $?"

@@ -6,9 +6,6 @@ then read the diff (git diff tests/golden) before committing it.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from gpudoctor.engine.loader import load_rules
@@ -16,19 +13,10 @@ from gpudoctor.engine.runner import run_rules
 from gpudoctor.findings import Report
 from gpudoctor.render import json_report, text
 from tests.conftest import HOSTS, probed
+from tests.helpers.golden import GOLDEN, check
 
-GOLDEN = Path(__file__).with_name("golden")
 SCENARIOS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
 RULESET = load_rules(include_plugins=False)
-
-
-def check(path: Path, actual: str) -> None:
-    if os.environ.get("GPUDOCTOR_UPDATE_GOLDEN"):
-        path.write_text(actual, encoding="utf-8")
-        return
-    assert path.exists(), f"no golden file {path.name}; run with GPUDOCTOR_UPDATE_GOLDEN=1"
-    expected = path.read_text(encoding="utf-8")
-    assert actual == expected, f"{path.name} differs from the golden output (GPUDOCTOR_UPDATE_GOLDEN=1 to update)"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from gpudoctor.advice.torch_build import cuda_of, parse_arch_list, rocm_of
+from gpudoctor.advice.torch_variants import cuda_of, parse_arch_list, rocm_of
 
 DATA = Path(__file__).resolve().parents[1] / "rules" / "data"
 VARIANT_RE = re.compile(r"^(cpu|xpu|cu\d{3}|rocm\d+(\.\d+){1,2})$")

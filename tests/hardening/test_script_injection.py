@@ -363,11 +363,14 @@ def test_root_tree_values_stay_comments(capsys, tmp_path, marker):
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
 def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
-    from gpudoctor.advice import fix_list, torch_build
-    from gpudoctor.advice.numa_render import render_numa_plan
+    from gpudoctor.advice.fix_list import collect
+    from gpudoctor.advice.numa_plan import plan_numa
+    from gpudoctor.advice.torch_build import recommend
     from gpudoctor.engine.loader import load_rules
     from gpudoctor.engine.runner import run_rules
     from gpudoctor.facts import parse_snapshot
+    from gpudoctor.render import fix_list, torch_build
+    from gpudoctor.render.numa_plan import render_numa_plan
 
     text = PAYLOADS[payload].format(t=TOUCH, m=marker)
     rules = tmp_path / "rules"
@@ -378,16 +381,16 @@ def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
     for variant, make in sorted(VARIANTS.items()):
         facts = parse_snapshot(json.dumps(make(text)))
         findings = run_rules(ruleset, facts)
-        fixes = fix_list.collect(findings, {r.id: r.tags for r in ruleset.rules}, rule_dirs=[str(rules)])
+        fixes = collect(findings, {r.id: r.tags for r in ruleset.rules}, rule_dirs=[str(rules)])
         assert any(item.rule_id.startswith("test-interpolates") for item in fixes.items)
         host = facts["host"]["hostname"] if isinstance(facts["host"].get("hostname"), str) else "h"
         scripts.append((f"{variant}-fix", fix_list.render_shell(fixes, f"{host} · facts: {text}"), {"gpudoctor"}))
         # each strategy, and the hostile CUDA_VISIBLE_DEVICES entries with one of them
         plans = [(strategy, None) for strategy in ("node", "socket", "exclusive", "core-complex")]
         for strategy, visible in plans + [("node", "0," + text), ("node", "GPU-" + text)]:
-            plan = render_numa_plan(facts, strategy, "shell", True, visible)
-            scripts.append((f"{variant}-numa-{strategy}", plan, {"numactl"}))
-        scripts.append((f"{variant}-torch", torch_build.render_shell(torch_build.recommend(facts)), {"pip"}))
+            plan = plan_numa(facts, strategy=strategy, membind=True, visible=visible)
+            scripts.append((f"{variant}-numa-{strategy}", render_numa_plan(plan, facts, "shell"), {"numactl"}))
+        scripts.append((f"{variant}-torch", torch_build.render_shell(recommend(facts)), {"pip"}))
     for n, (name, script, allowed) in enumerate(scripts):
         work = tmp_path / f"{n}-{name}"
         work.mkdir()
@@ -398,7 +401,7 @@ def test_renderers_keep_raw_facts_inert(tmp_path, marker, payload):
 
 
 def test_shell_comment_keeps_any_text_on_one_comment_line():
-    from gpudoctor.advice.fix_list import shell_comment
+    from gpudoctor.render.shell import shell_comment
 
     every = "".join(chr(c) for c in range(0x0, 0x250)) + "\u2028\u2029\u202e\u200b\ufeff\ud800\U000e0001"
     line = shell_comment(every, "#   ")
@@ -414,14 +417,14 @@ def test_shell_comment_keeps_any_text_on_one_comment_line():
 
 @pytest.mark.parametrize("value", ["GPU-1", "$(id)", "`id`", "a b", "x;y", "'", '"', "--physcpubind=0-3,8", "*", ""])
 def test_shell_word_is_one_literal_word(value):
-    from gpudoctor.advice.fix_list import shell_word
+    from gpudoctor.render.shell import shell_word
 
     assert shlex.split(f"cmd {shell_word(value)}") == ["cmd", value]
 
 
 @pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x00b", "\x1b[1m", "a\u2028b", "\u202e"])
 def test_shell_word_refuses_control_characters(value):
-    from gpudoctor.advice.fix_list import shell_word
+    from gpudoctor.render.shell import shell_word
 
     with pytest.raises(ValueError):
         shell_word(value)

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..inputs import shown_excerpt
-from .fix_list import shell_command
 from .numa_topology import (
     MAX_BYTES,
     AllowedSet,
@@ -82,44 +81,8 @@ class GpuBinding:
         return bool(self.argv)
 
     @property
-    def command(self) -> str:
-        """The numactl line: shell-quoted words (the options are built from validated ids only)."""
-        return shell_command(self.argv)
-
-    @property
     def label(self) -> str:
         return self.gpu.label
-
-    def to_json(self) -> dict[str, Any]:
-        g = self.gpu
-        return {
-            "cuda_index": self.cuda_index,
-            "index": g.index,
-            "bus_id": g.bus_id,
-            "uuid": g.uuid,
-            "name": g.name,
-            "numa_node": g.node,
-            "numa_node_source": g.node_source,
-            "cpus": cpulist(self.cpus) if self.cpus else "",
-            "cpu_count": len(self.cpus),
-            "cores": self.cores,
-            "cpu_note": self.cpu_note,
-            "memory_policy": self.mem_policy,
-            "memory_node": g.node if self.mem_policy else None,
-            "command": self.command if self.argv else None,
-            "argv": list(self.argv),
-            "nic": None
-            if self.nic is None
-            else {
-                "rdma_device": self.nic.nic.name,
-                "bus_id": self.nic.nic.bus_id,
-                "net_devices": self.nic.nic.net,
-                "relation": self.nic.relation,
-                "env": self.nic.env,
-            },
-            "warnings": list(self.warnings),
-            "notes": list(self.notes),
-        }
 
 
 @dataclass
@@ -141,29 +104,6 @@ class NumaPlan:
     def ok(self) -> bool:
         """Every GPU the job sees got a binding, and there is at least one."""
         return bool(self.bindings) and all(b.bindable for b in self.bindings)
-
-    def to_json(self) -> dict[str, Any]:
-        topo = self.topology
-        return {
-            "strategy": self.strategy,
-            "membind": self.membind,
-            "gpu_source": self.gpu_source,
-            "cuda_visible_devices": self.visible,
-            "numa_nodes": [
-                {
-                    "id": n.id,
-                    "cpus": cpulist(n.cpus) if n.cpus else "",
-                    "memory_bytes": n.memory_bytes,
-                }
-                for n in sorted(topo.nodes.values(), key=lambda n: n.id)
-            ],
-            "allowed_cpus": cpulist(self.allowed.cpus) if self.allowed.cpus else "",
-            "allowed_cpus_source": self.allowed.detail,
-            "allowed_mems": sorted(self.allowed_mems) if self.allowed_mems is not None else None,
-            "gpus": [b.to_json() for b in self.bindings],
-            "warnings": list(self.warnings),
-            "notes": list(self.notes),
-        }
 
 
 # --- CUDA_VISIBLE_DEVICES ------------------------------------------------------------------------

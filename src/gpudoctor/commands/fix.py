@@ -4,7 +4,7 @@
   takes (the rule's fix-config / fix-root / fix-reboot / fix-hardware tag), with the finding it
   answers and the check to run afterwards;
 - ``--torch``: the torch build for this machine and the exact install command (advice/torch_build);
-- ``--numa``: the NUMA binding plan per GPU (advice/numa_render, imported only when asked).
+- ``--numa``: the NUMA binding plan per GPU (advice/numa_plan, written by render/numa_plan).
 
 gpudoctor prints fixes and never runs them. Exit status: 0 printed; 1 ``--torch`` found no torch
 build that uses this machine's GPUs (the CPU build is printed); 2 bad input.
@@ -153,15 +153,17 @@ def command(
         fail("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
 
     if numa_mode:
-        # Resolve the renderer before probing so a missing module costs no probe time.
-        render = _numa_renderer()
+        from ..advice.numa_plan import plan_numa
+        from ..render.numa_plan import render_numa_plan
+
         facts, _origin = obtain_facts(facts_file, probe)
         if (fmt or "shell") != "json":
             # the planner's shell and text interpolate hostnames and device names as they are: a
             # name with a newline would add a command to a script meant to be run
             facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
-            text = render(facts, strategy or "node", fmt or "shell", membind, visible)
+            plan = plan_numa(facts, strategy=strategy or "node", membind=membind, visible=visible)
+            text = render_numa_plan(plan, facts, fmt or "shell")
         except ValueError as exc:
             fail(f"--numa: {exc}")
         write_output(text, output)
@@ -191,28 +193,6 @@ def _printable(text: str) -> str:
     return printable(text)
 
 
-def _numa_renderer() -> Any:
-    """The colleague-owned renderer, imported only for --numa (its signature is in its docstring)."""
-    import importlib
-
-    name = "gpudoctor.advice.numa_render"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            fail(
-                "fix --numa is not available in this build: "
-                "the NUMA planner (gpudoctor.advice.numa_render) is not there yet"
-            )
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    except ImportError as exc:
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    render = getattr(module, "render_numa_plan", None)
-    if not callable(render):
-        fail("fix --numa: gpudoctor.advice.numa_render has no render_numa_plan(); the NUMA planner is incomplete")
-    return render
-
-
 def _torch(
     facts: Any,
     origin: str,
@@ -225,9 +205,11 @@ def _torch(
     torch_version: str | None,
     python_version: str | None,
 ) -> int:
-    from ..advice import torch_build
+    from ..advice.torch_build import recommend
+    from ..advice.torch_inputs import Overrides, TorchAdviceError
+    from ..render import torch_build
 
-    overrides = torch_build.Overrides(
+    overrides = Overrides(
         driver_version=driver_version,
         compute_capabilities=compute_capability,
         gpu_archs=gpu_arch,
@@ -236,8 +218,8 @@ def _torch(
         python_version=python_version,
     )
     try:
-        rec = torch_build.recommend(facts, overrides)
-    except torch_build.TorchAdviceError as exc:
+        rec = recommend(facts, overrides)
+    except TorchAdviceError as exc:
         fail(str(exc))
     if fmt == "json":
         text = torch_build.render_json(rec)
@@ -258,14 +240,15 @@ def _fix_list(
     no_builtin_rules: bool,
     color: bool | None,
 ) -> None:
-    from ..advice import fix_list
+    from ..advice.fix_list import collect
     from ..engine.runner import run_rules
+    from ..render import fix_list
     from ..render.text import header
 
     ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
     findings = run_rules(ruleset, facts)
     tags = {rule.id: rule.tags for rule in ruleset.rules}
-    fixes = fix_list.collect(findings, tags, rule_dirs=rule_dirs, origin=origin)
+    fixes = collect(findings, tags, rule_dirs=rule_dirs, origin=origin)
     head = header(facts) + ("" if origin == "live" else f" · facts: {origin}")
     if fmt == "json":
         text = fix_list.render_json(fixes)

@@ -1,76 +1,32 @@
-"""Render a NUMA binding plan for people (shell) or programs (json); the entry `fix --numa` calls.
-
-``render_numa_plan(facts, strategy, fmt, membind, visible)`` is what ``gpudoctor fix --numa``
-calls; :func:`numa_options` adds the options it needs to a click command. Standalone, until the
-fix command uses it::
-
-    python -m gpudoctor.advice.numa_render [--facts FILE | --root DIR] [--strategy S] [--format shell|json]
+"""A NUMA binding plan (advice/numa_plan.py) for people (shell) or programs (JSON); what `fix --numa` prints.
 
 Shell output is a script of comments and one numactl line per GPU that a person can read and a
 shell can run: prefix the GPU's process with its line. JSON output (``format: 1``) carries the
-same plan with argv lists.
+same plan with argv lists, and each numactl line as the script writes it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
+from ..advice.numa_plan import GIB, GpuBinding, NumaPlan
+from ..advice.numa_topology import cpulist
 from ..inputs import shown_excerpt
-from .fix_list import shell_comment
-from .numa_plan import GIB, STRATEGIES, GpuBinding, NumaPlan, plan_numa
-from .numa_topology import cpulist
+from .shell import shell_command, shell_comment
 
 FORMATS = ("shell", "json")
 JSON_FORMAT_VERSION = 1
 
 
-def numa_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--strategy, --membind and --visible-devices, as `fix --numa` and `run --numa` take them."""
-    import click
-
-    options = [
-        click.option(
-            "--strategy",
-            type=click.Choice(STRATEGIES),
-            default="node",
-            show_default=True,
-            help="node: the GPU's NUMA node; socket: its CPU package; exclusive: GPUs on one node split its "
-            "physical cores; core-complex: one last-level-cache group per GPU.",
-        ),
-        click.option(
-            "--membind",
-            is_flag=True,
-            help="Bind memory strictly to the GPU's node (--membind) instead of preferring it; only where the "
-            "node is allowed and has memory.",
-        ),
-        click.option(
-            "--visible-devices",
-            "visible",
-            metavar="LIST",
-            help="Plan for this CUDA_VISIBLE_DEVICES value (indices or GPU UUIDs) instead of the recorded one.",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def render_numa_plan(
-    facts: Mapping[str, Any],
-    strategy: str = "node",
-    fmt: str = "shell",
-    membind: bool = False,
-    visible: str | None = None,
-) -> str:
+def render_numa_plan(plan: NumaPlan, facts: Mapping[str, Any], fmt: str = "shell") -> str:
     """The plan for the machine the facts describe, as shell (``text`` is taken as shell) or JSON.
 
-    Raises ValueError for an unknown strategy or format."""
+    Raises ValueError for an unknown format."""
     if fmt == "text":
         fmt = "shell"
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    plan = plan_numa(facts, strategy=strategy, membind=membind, visible=visible)
     if fmt == "json":
         return render_json(plan, facts)
     return render_shell(plan, facts)
@@ -82,8 +38,64 @@ def _hostname(facts: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else "this host"
 
 
+def _binding_json(b: GpuBinding) -> dict[str, Any]:
+    g = b.gpu
+    return {
+        "cuda_index": b.cuda_index,
+        "index": g.index,
+        "bus_id": g.bus_id,
+        "uuid": g.uuid,
+        "name": g.name,
+        "numa_node": g.node,
+        "numa_node_source": g.node_source,
+        "cpus": cpulist(b.cpus) if b.cpus else "",
+        "cpu_count": len(b.cpus),
+        "cores": b.cores,
+        "cpu_note": b.cpu_note,
+        "memory_policy": b.mem_policy,
+        "memory_node": g.node if b.mem_policy else None,
+        "command": shell_command(b.argv) if b.argv else None,
+        "argv": list(b.argv),
+        "nic": None
+        if b.nic is None
+        else {
+            "rdma_device": b.nic.nic.name,
+            "bus_id": b.nic.nic.bus_id,
+            "net_devices": b.nic.nic.net,
+            "relation": b.nic.relation,
+            "env": b.nic.env,
+        },
+        "warnings": list(b.warnings),
+        "notes": list(b.notes),
+    }
+
+
+def _plan_json(plan: NumaPlan) -> dict[str, Any]:
+    topo = plan.topology
+    return {
+        "strategy": plan.strategy,
+        "membind": plan.membind,
+        "gpu_source": plan.gpu_source,
+        "cuda_visible_devices": plan.visible,
+        "numa_nodes": [
+            {
+                "id": n.id,
+                "cpus": cpulist(n.cpus) if n.cpus else "",
+                "memory_bytes": n.memory_bytes,
+            }
+            for n in sorted(topo.nodes.values(), key=lambda n: n.id)
+        ],
+        "allowed_cpus": cpulist(plan.allowed.cpus) if plan.allowed.cpus else "",
+        "allowed_cpus_source": plan.allowed.detail,
+        "allowed_mems": sorted(plan.allowed_mems) if plan.allowed_mems is not None else None,
+        "gpus": [_binding_json(b) for b in plan.bindings],
+        "warnings": list(plan.warnings),
+        "notes": list(plan.notes),
+    }
+
+
 def render_json(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
-    data = {"format": JSON_FORMAT_VERSION, "hostname": _hostname(facts), "ok": plan.ok, **plan.to_json()}
+    data = {"format": JSON_FORMAT_VERSION, "hostname": _hostname(facts), "ok": plan.ok, **_plan_json(plan)}
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -153,7 +165,7 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
     nodes = topo.cpu_nodes()
     # Every comment line goes through shell_comment (directly or by _wrap): hostname, GPU names,
     # UUIDs, bus ids, NIC names, CUDA_VISIBLE_DEVICES and the facts' own "why unknown" details are
-    # text from the snapshot. The only live lines are the numactl commands (GpuBinding.command).
+    # text from the snapshot. The only live lines are the numactl commands (GpuBinding.argv).
     lines = [
         shell_comment(
             f"gpudoctor NUMA binding plan · strategy {plan.strategy}{' · --membind' if plan.membind else ''} · "
@@ -193,7 +205,7 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
         for note in b.notes:
             lines.extend(_wrap("#   note:", note))
         if b.bindable:
-            lines.append(b.command)
+            lines.append(shell_command(b.argv))
         else:
             lines.append("#   (no binding for this GPU)")
     if plan.bindings and any(b.bindable for b in plan.bindings):
@@ -207,49 +219,3 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
         )
         lines.append(f"#   srun ... gpudoctor run --numa{strategy}{membind} -- python train.py   (uses SLURM_LOCALID)")
     return "\n".join(lines) + "\n"
-
-
-def _standalone() -> Any:
-    import click
-
-    from ..cli import EXIT_HELP, ProbeOptions, obtain_facts, root_options, write_output
-
-    @click.command(
-        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_HELP
-    )
-    @click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Plan for this snapshot.")
-    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="shell", show_default=True)
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False),
-        help="Write the plan here (a file is replaced atomically; a device or FIFO written).",
-    )
-    @numa_options
-    @root_options
-    def numa_plan_command(
-        facts_file: str | None,
-        fmt: str,
-        output: str | None,
-        strategy: str,
-        membind: bool,
-        visible: str | None,
-        probe: ProbeOptions,
-    ) -> None:
-        """Print the NUMA binding plan (what `gpudoctor fix --numa` prints)."""
-        facts, _origin = obtain_facts(facts_file, probe)
-        write_output(render_numa_plan(facts, strategy, fmt, membind, visible), output)
-
-    return numa_plan_command
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..cli import run
-
-    return run(argv, command=_standalone(), prog_name="python -m gpudoctor.advice.numa_render")
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -1,0 +1,273 @@
+"""What the torch build advice rests on: the GPUs, driver and Python of the target machine.
+
+Read from the facts (a snapshot or a fixture root gives the answer for that machine), then
+replaced by what the user says about the target (``fix --torch --driver-version ...``): see
+:class:`Overrides`. Every value from the facts or the command line is checked before use; one that
+does not fit is treated as unknown (with a note) or refused (TorchAdviceError).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..facts import Unavailable
+from ..inputs import shown_excerpt
+
+# Each pattern is used with fullmatch (``$`` would let a trailing newline through), names ASCII
+# digits (``\d`` also takes other scripts' digits, which int() accepts and Version() does not) and
+# bounds lengths (int() refuses more than 4300 digits): a version string from the facts or the
+# command line that does not fit is treated as unknown or refused, never parsed further.
+CC_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_GFX_RE = re.compile(r"gfx[0-9a-f]{3,5}")
+_PY_RE = re.compile(r"([0-9])\.([0-9]{1,3})(?:\.[0-9]{1,4})?(?:(?:a|b|rc)[0-9]{1,4})?\+?")  # 3.12, 3.13.0rc1
+_DRIVER_RE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,8}){0,3}")  # NVIDIA: 570.124.06, 580.65; in facts
+_CLI_DRIVER_RE = re.compile(r"[0-9]{3}(?:\.[0-9]{1,8}){0,2}")  # --driver-version
+
+
+class TorchAdviceError(ValueError):
+    """Bad input for the advice (an unknown torch release, a malformed override)."""
+
+
+@dataclass
+class Overrides:
+    """What the user says about the target machine, replacing what was probed."""
+
+    driver_version: str | None = None
+    compute_capabilities: Sequence[str] = ()
+    gpu_archs: Sequence[str] = ()
+    no_gpu: bool = False
+    torch_version: str | None = None
+    python_version: str | None = None
+
+
+@dataclass
+class Inputs:
+    """The facts the choice rests on, each with where it came from."""
+
+    nvidia_gpus: list[dict[str, Any]]  # {"label", "name", "cc"}; cc None when unknown
+    amd_gpus: int
+    amd_gfx: list[str]
+    driver: str | None
+    driver_source: str
+    python: str | None
+    python_source: str
+    python_executable: str | None
+    installed: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ccs(self) -> list[str]:
+        return [g["cc"] for g in self.nvidia_gpus if g["cc"]]
+
+    @property
+    def cc_unknown(self) -> bool:
+        return any(not g["cc"] for g in self.nvidia_gpus)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nvidia_gpus": self.nvidia_gpus,
+            "amd_gpus": self.amd_gpus,
+            "amd_gfx": self.amd_gfx,
+            "driver": self.driver,
+            "driver_source": self.driver_source,
+            "python": self.python,
+            "python_source": self.python_source,
+            "python_executable": self.python_executable,
+            "notes": self.notes,
+        }
+
+
+def known(value: Any) -> Any:
+    return None if isinstance(value, Unavailable) else value
+
+
+def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = facts.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _python_minor(text: str) -> str | None:
+    m = _PY_RE.fullmatch(text.strip())
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def driver_version(value: Any) -> str | None:
+    """An NVIDIA driver version from the facts, whitespace trimmed; None unless it is one
+    (digits and dots: 570.124.06), so that no Version() or int() call on it can fail."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    return text if _DRIVER_RE.fullmatch(text) else None
+
+
+def _why_unavailable(value: Any) -> str:
+    if isinstance(value, Unavailable):
+        return f"{value.reason}{': ' + value.detail if value.detail else ''}"
+    return "not recorded"
+
+
+def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) -> Inputs:
+    """Read GPUs, driver, Python and the installed torch from the facts, then apply the overrides."""
+    from ..engine.subjects import gpu_subjects
+
+    o = overrides or Overrides()
+    notes: list[str] = []
+    nvml = _section(facts, "nvml")
+    status = str(nvml.get("status", "unknown"))
+    subjects = gpu_subjects(facts)
+    nvidia: list[dict[str, Any]] = []
+    amd = 0
+    malformed: list[str] = []
+    for s in subjects:
+        vendor = s.get("vendor")
+        if vendor == "nvidia":
+            cc = known(s.get("compute_capability"))
+            name = known(s.get("name"))
+            good = isinstance(cc, str) and CC_RE.fullmatch(cc) is not None
+            if isinstance(cc, str) and not good:
+                malformed.append(f"{s.get('label')}: {shown_excerpt(cc)}")
+            nvidia.append(
+                {
+                    "label": str(s.get("label")),
+                    "name": name if isinstance(name, str) else "NVIDIA GPU",
+                    "cc": cc if good else None,
+                }
+            )
+        elif vendor == "amd":
+            amd += 1
+    if nvidia and not o.compute_capabilities and not o.no_gpu:
+        if malformed:
+            notes.append(
+                f"NVML reported compute capabilities that are not MAJOR.MINOR ({'; '.join(malformed)}): treated "
+                "as unknown; pass --compute-capability X.Y (one per GPU)"
+            )
+        if len(malformed) < sum(1 for g in nvidia if g["cc"] is None):
+            error = str(nvml.get("error", "")).strip()
+            notes.append(
+                f"NVML is not answering ({status}{': ' + error if error else ''}): the compute capability of "
+                f"{sum(1 for g in nvidia if g['cc'] is None) - len(malformed)} NVIDIA GPU(s) is unknown, so no "
+                "wheel's arch list can be checked against them; pass --compute-capability X.Y (one per GPU, see "
+                "https://developer.nvidia.com/cuda-gpus)"
+            )
+
+    rocm = _section(facts, "rocm")
+    gfx_raw = rocm.get("gfx_targets")
+    gfx_list = gfx_raw if isinstance(gfx_raw, list) else []
+    amd_gfx = sorted({g for g in gfx_list if isinstance(g, str) and _GFX_RE.fullmatch(g)})
+    odd = [
+        shown_excerpt(g if isinstance(g, str) else repr(g))
+        for g in gfx_list
+        if not (isinstance(g, str) and _GFX_RE.fullmatch(g))
+    ]
+    if odd:
+        notes.append(
+            f"rocm.gfx_targets holds {len(odd)} value(s) that are no gfx target ({', '.join(odd[:3])}): ignored"
+        )
+    if amd and not amd_gfx and not o.gpu_archs and not o.no_gpu:
+        notes.append(
+            f"{amd} AMD GPU(s) on the PCI bus but no gfx target is known ({_why_unavailable(gfx_raw)}); "
+            "pass --gpu-arch gfxNNN (rocminfo | grep gfx)"
+        )
+
+    # The driver version: NVML's, else the kernel module's; one that is not a version number
+    # (a hostile or corrupt snapshot) counts as unknown, with a note saying so.
+    driver: str | None = None
+    driver_source = "unknown"
+    driver_unknown_why = "NVML did not answer and no nvidia kernel module is loaded"
+    bad_driver: list[str] = []
+    raw_nvml = known(nvml.get("driver_version"))
+    raw_module = known(_section(facts, "modules").get("nvidia_version"))
+    if isinstance(raw_nvml, str):
+        driver = driver_version(raw_nvml)
+        driver_source = "nvml.driver_version"
+        if driver is None:
+            bad_driver.append(f"nvml.driver_version {shown_excerpt(raw_nvml)}")
+    if driver is None and isinstance(raw_module, str):
+        driver = driver_version(raw_module)
+        why_module = "nvml.driver_version is not a version" if bad_driver else "NVML did not answer"
+        driver_source = f"modules.nvidia_version (kernel module; {why_module})"
+        if driver is None:
+            bad_driver.append(f"modules.nvidia_version {shown_excerpt(raw_module)}")
+    if driver is None:
+        driver_source = "unknown"
+        if bad_driver:
+            driver_unknown_why = "; ".join(f"{bad} is not a version number" for bad in bad_driver)
+    elif bad_driver:
+        notes.append(f"{bad_driver[0]} is not a version number: the kernel module's {driver} is used instead")
+    host = _section(facts, "host")
+    py_raw = known(host.get("python_version"))
+    python = _python_minor(py_raw) if isinstance(py_raw, str) else None
+    python_source = "host.python_version" if python else "unknown"
+    python_why = _why_unavailable(host.get("python_version"))
+    if isinstance(py_raw, str) and python is None:
+        python_why = f"host.python_version {shown_excerpt(py_raw)} is not a Python version"
+    exe = known(host.get("python_executable"))
+    torch = facts.get("torch")
+    installed = dict(torch) if isinstance(torch, Mapping) else {}
+
+    # Overrides describe another machine (or correct this one); each replaces the probed value.
+    if o.no_gpu:
+        nvidia, amd, amd_gfx = [], 0, []
+        notes = []
+    if o.compute_capabilities:
+        ccs = [_check_cc(cc) for cc in o.compute_capabilities]
+        nvidia = [
+            {"label": f"GPU {i} (--compute-capability)", "name": "NVIDIA GPU", "cc": cc} for i, cc in enumerate(ccs)
+        ]
+        notes = [n for n in notes if not n.startswith("NVML")]
+    if o.gpu_archs:
+        amd_gfx = sorted({_check_gfx(g) for g in o.gpu_archs})
+        amd = max(amd, len(amd_gfx))
+        notes = [n for n in notes if "AMD GPU(s)" not in n]
+    if o.driver_version:
+        driver, driver_source = _check_driver(o.driver_version), "--driver-version"
+    if o.python_version:
+        checked = _python_minor(o.python_version)
+        if not checked:
+            raise TorchAdviceError(f"--python-version {o.python_version!r}: expected X.Y, e.g. 3.12")
+        python, python_source = checked, "--python-version"
+    if python is None:
+        notes.append(
+            f"the target Python is unknown ({python_why}): "
+            "releases are not filtered by Python; pass --python-version X.Y"
+        )
+    if nvidia and driver is None and not o.no_gpu:
+        notes.append(
+            f"the NVIDIA driver version is unknown ({driver_unknown_why}): "
+            "wheels are not filtered by driver; each choice says which driver it needs (or pass --driver-version)"
+        )
+    return Inputs(
+        nvidia_gpus=nvidia,
+        amd_gpus=amd,
+        amd_gfx=amd_gfx,
+        driver=driver,
+        driver_source=driver_source,
+        python=python,
+        python_source=python_source,
+        python_executable=exe if isinstance(exe, str) else None,
+        installed=installed,
+        notes=notes,
+    )
+
+
+def _check_cc(text: str) -> str:
+    value = text.strip()
+    if not CC_RE.fullmatch(value):
+        raise TorchAdviceError(f"--compute-capability {text!r}: expected MAJOR.MINOR, e.g. 8.6")
+    return value
+
+
+def _check_gfx(text: str) -> str:
+    value = text.strip().lower()
+    if not _GFX_RE.fullmatch(value):
+        raise TorchAdviceError(f"--gpu-arch {text!r}: expected a gfx target such as gfx942")
+    return value
+
+
+def _check_driver(text: str) -> str:
+    value = text.strip()
+    if not _CLI_DRIVER_RE.fullmatch(value):
+        raise TorchAdviceError(f"--driver-version {text!r}: expected an NVIDIA driver version such as 570.124.06")
+    return value

@@ -1,0 +1,124 @@
+"""The torch build advice (advice/torch_build.py) for people (text), programs (JSON) and shells.
+
+Formatting only. The install commands are carried as argv (Recommendation.argvs); here they become
+text (shlex.join) and, in a script, one live line of shell-quoted words (render/shell.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from ..advice.torch_build import Recommendation
+from ..advice.torch_variants import cuda_of, sm_name
+from .shell import shell_command, shell_comment
+
+
+def commands(rec: Recommendation) -> dict[str, str]:
+    """The install commands as text (pip, uv, uv_backend); empty when no build was chosen."""
+    return {name: shlex.join(argv) for name, argv in rec.argvs().items()}
+
+
+def recommendation_json(rec: Recommendation) -> dict[str, Any]:
+    return {
+        "format": 1,
+        "target": rec.target,
+        "working": rec.working,
+        "release": rec.release,
+        "torch_version": rec.torch_version,
+        "variant": rec.variant,
+        "index_url": rec.index_url,
+        "packages": rec.packages(),
+        "torchvision": rec.torchvision,
+        "torchaudio": rec.torchaudio,
+        "commands": commands(rec),
+        "why": rec.why,
+        "other_variants": [v.to_json() for v in rec.verdicts if v.variant != rec.variant],
+        "skipped_releases": [{"release": r, "why": w} for r, w in rec.skipped],
+        "warnings": rec.warnings,
+        "upgrade_hint": rec.upgrade_hint,
+        "installed": {"verdict": rec.installed, "ok": rec.installed_ok},
+        "inputs": rec.inputs.to_json(),
+        "exit_code": rec.exit_code,
+    }
+
+
+def render_text(rec: Recommendation, origin: str = "") -> str:
+    i = rec.inputs
+    lines = [f"Torch build{' for ' + origin if origin else ''}"]
+    if i.nvidia_gpus:
+        groups: dict[str, int] = {}
+        for g in i.nvidia_gpus:
+            label = f"{g['name']} ({sm_name(g['cc']) if g['cc'] else 'compute capability unknown'})"
+            groups[label] = groups.get(label, 0) + 1
+        lines.append("  GPUs:    " + ", ".join(f"{n}× {label}" for label, n in groups.items()))
+    if i.amd_gpus or i.amd_gfx:
+        lines.append(f"  AMD:     {i.amd_gpus} GPU(s), gfx {', '.join(i.amd_gfx) or 'unknown'}")
+    if not i.nvidia_gpus and not (i.amd_gpus or i.amd_gfx):
+        lines.append("  GPUs:    none")
+    if i.nvidia_gpus:
+        lines.append(f"  driver:  {i.driver or 'unknown'} ({i.driver_source})")
+    where = i.python_executable if i.python_executable and i.python_source == "host.python_version" else i.python_source
+    lines.append(f"  Python:  {i.python or 'unknown'} ({where})")
+    lines.append("")
+    if rec.working and rec.variant:
+        kind = {"nvidia": f"CUDA {cuda_of(rec.variant)}", "amd": "ROCm", "cpu": "CPU"}[rec.target]
+        lines.append(f"Recommended: torch {rec.torch_version} · {rec.variant} ({kind})")
+    else:
+        lines.append(f"No GPU build fits: torch {rec.torch_version or '?'} · {rec.variant or 'none'} (CPU only)")
+    for w in rec.why:
+        lines.append(f"  why: {w}")
+    cmds = commands(rec)
+    if cmds:
+        lines.append("")
+        lines.append(f"  {cmds['pip']}")
+        lines.append(f"  {cmds['uv']}")
+        lines.append(f"  {cmds['uv_backend']}")
+    if rec.upgrade_hint:
+        lines.append("")
+        lines.append(f"  driver: {rec.upgrade_hint}")
+    others = [v for v in rec.verdicts if v.variant != rec.variant and v.relevant]
+    if others:
+        lines.append("")
+        lines.append(f"Other variants of torch {rec.release}:")
+        width = max(len(v.variant) for v in others)
+        for v in others:
+            state = "runs, not chosen:" if v.ok else "no:"
+            lines.append(f"  {v.variant.ljust(width)}  {state} {v.reason}")
+    if rec.skipped:
+        lines.append("")
+        lines.append("Newer releases passed over:")
+        for rel, why in rec.skipped:
+            lines.append(f"  torch {rel}: {why}")
+    lines.append("")
+    lines.append(f"Installed: {rec.installed}")
+    for w in rec.warnings:
+        lines.append(f"note: {w}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(rec: Recommendation) -> str:
+    return json.dumps(recommendation_json(rec), indent=2) + "\n"
+
+
+def render_shell(rec: Recommendation) -> str:
+    """Comments (shell_comment: the reasons and notes carry GPU names, driver, Python and NVML
+    errors from the facts) and one live line, the pip command, of shell-quoted words (shell_word:
+    release, variant and pins come from the data tables or checked options)."""
+    lines = ["# gpudoctor fix --torch: review, then run one of the install lines (gpudoctor runs nothing)."]
+    for w in rec.why:
+        lines.append(shell_comment(w))
+    for w in rec.warnings:
+        lines.append(shell_comment(f"note: {w}"))
+    argvs = rec.argvs()
+    if argvs:
+        try:
+            lines.append(shell_command(argvs["pip"]))
+        except ValueError:  # not reachable with the built-in tables; never print a broken command
+            lines.append(shell_comment(f"pip: {commands(rec)['pip']}"))
+        lines.append(shell_comment(f"or: {commands(rec)['uv']}"))
+        lines.append(shell_comment(f"or: {commands(rec)['uv_backend']}"))
+    else:
+        lines.append("# no install command: no build of torch fits this machine")
+    return "\n".join(lines) + "\n"

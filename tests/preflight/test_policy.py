@@ -7,8 +7,10 @@ import json
 import pytest
 
 from gpudoctor.findings import Severity
-from gpudoctor.gate import Policy, PolicyError, check_selectors, load_policy, policy_from_mapping
-from tests.gate.helpers import HEALTHY, cli, ruleset, write_policy
+from gpudoctor.preflight.checks import check_selectors
+from gpudoctor.preflight.errors import PolicyError
+from gpudoctor.preflight.policy import Policy, load_policy, policy_from_mapping
+from tests.preflight.helpers import HEALTHY, cli, ruleset, write_policy
 
 FULL = """\
 version: 1

@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.deep import DeepResult
-from gpudoctor.distributed import _rank_row, bandwidth_finding, render_table
 from gpudoctor.facts import Unavailable
-from gpudoctor.gate import Policy, judge
-from gpudoctor.render import gate_text, junit, nfd, prometheus
-from tests.gate.helpers import device_events, facts, passing_gpu, ruleset, step_events
+from gpudoctor.preflight.device_test import DeepResult
+from gpudoctor.preflight.distributed import DistributedOutcome, _rank_row, bandwidth_finding
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
+from gpudoctor.render import gate_json, gate_text, junit, nfd, prometheus
+from gpudoctor.render.gate_distributed import distributed_json, render_table, stderr_lines
+from tests.preflight.helpers import device_events, facts, passing_gpu, ruleset, step_events
 from tests.test_golden import check
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "gate"
@@ -112,7 +114,7 @@ def test_gate_golden_outputs(name):
     report = gate_report(name)
     check(GOLDEN / f"{name}.txt", gate_text.render(report))
     check(GOLDEN / f"{name}.verbose.txt", gate_text.render(report, verbose=True))
-    check(GOLDEN / f"{name}.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    check(GOLDEN / f"{name}.json", gate_json.render(report))
     check(GOLDEN / f"{name}.junit.xml", junit.render(report))
     check(GOLDEN / f"{name}.prom", prometheus.render(report))
     check(GOLDEN / f"{name}.nfd", nfd.render(report, 900))
@@ -148,3 +150,18 @@ def test_distributed_golden_table():
     ]
     check(GOLDEN / "distributed.txt", "\n".join(parts))
     check(GOLDEN / "distributed.rows.json", json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
+
+
+def test_distributed_golden_json_and_stderr():
+    no_go = gate_report("no-go-expectations")
+    rows = [_rank_row(no_go, 0, 0, "0000:18:00.0"), _rank_row(no_go, 1, 1, "0000:9a:00.0")]
+    rank0 = DistributedOutcome(0, 2, "nccl", no_go, rows[0], rows=rows)
+    check(GOLDEN / "distributed.json", distributed_json(rank0))
+    go = gate_report("go-expectations")
+    rows = [_rank_row(go, 0, 0, "0000:18:00.0"), _rank_row(go, 1, 1, "0000:9a:00.0")]
+    measured = DistributedOutcome(0, 2, "nccl", go, rows[0], rows=rows, measured=MEASURED)
+    measured.allreduce = bandwidth_finding(MEASURED, 2)
+    check(GOLDEN / "distributed.allreduce.json", distributed_json(measured))
+    rank1 = DistributedOutcome(1, 2, "nccl", no_go, _rank_row(no_go, 1, 1, "0000:9a:00.0"), rows=rows)
+    lost = DistributedOutcome(1, 2, "gloo", no_go, rank1.row, problem="NO-GO  rank 1: could not join the others: x")
+    check(GOLDEN / "distributed.stderr.txt", "\n".join(stderr_lines(rank1) + stderr_lines(lost)) + "\n")

@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from gpudoctor.distributed import bandwidth_finding, own_gpu, render_table
 from gpudoctor.findings import Status
-from tests.gate.helpers import DEGRADED, HEALTHY, cli, facts
+from gpudoctor.preflight.distributed import bandwidth_finding, own_gpu
+from gpudoctor.render.gate_distributed import render_table
+from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed here")

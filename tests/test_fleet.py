@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.gate import Policy, judge
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
+from gpudoctor.render.gate_json import render
 from tests.conftest import SNAPSHOTS
-from tests.gate.helpers import cli, facts, ruleset
+from tests.preflight.helpers import cli, facts, ruleset
 
 
 def gate_json(tmp_path: Path, fixture: str, hostname: str, epoch: float = 1_800_000_000.0, **policy) -> str:
@@ -19,7 +21,7 @@ def gate_json(tmp_path: Path, fixture: str, hostname: str, epoch: float = 1_800_
     report = judge(data, ruleset(), Policy(**policy))
     report.generated_epoch = epoch
     path = tmp_path / f"{hostname}-{int(epoch)}.json"
-    path.write_text(json.dumps(report.to_dict()))
+    path.write_text(render(report))
     return str(path)
 
 

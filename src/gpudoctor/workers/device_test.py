@@ -1,6 +1,6 @@
 """The device test of `gpudoctor gate --deep`, run as a script by the target interpreter.
 
-Run as ``<python> deep_worker.py [--memory-mib N] [--devices 0,1]``; it needs only the standard
+Run as ``<python> device_test.py [--memory-mib N] [--devices 0,1]``; it needs only the standard
 library and torch (the interpreter may have no gpudoctor). It prints one line per event,
 ``@@GPUDOCTOR-DEEP@@`` followed by JSON, flushed at once: a ``begin`` line before every step and
 an ``end`` line after it, so that the parent, which kills this process at its deadline, knows
@@ -93,7 +93,7 @@ def _parse(argv):
         elif argv[i] == "--skip":
             options["skip"] = {x.strip() for x in argv[i + 1].split(",") if x.strip()}
         else:
-            raise SystemExit(f"deep_worker: unknown argument {argv[i]!r}")
+            raise SystemExit(f"device_test: unknown argument {argv[i]!r}")
         i += 2
     return options
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.gate.helpers import DEGRADED, HEALTHY, hung_nvml_root, write_policy
+from tests.preflight.helpers import DEGRADED, HEALTHY, hung_nvml_root, write_policy
 
 
 def test_gate_returns_the_report_on_go():
@@ -77,12 +77,12 @@ def _python(code: str) -> str:
 
 
 def test_importing_gpudoctor_does_not_load_the_gate():
-    assert _python("import gpudoctor, sys; print('gpudoctor.gate' in sys.modules)") == "False"
+    assert _python("import gpudoctor, sys; print('gpudoctor.preflight' in sys.modules)") == "False"
 
 
-def test_gate_is_callable_whichever_way_it_was_imported_first():
+def test_gate_is_the_function_whichever_way_it_was_imported_first():
     code = (
-        "import gpudoctor.gate\n"  # the submodule first: `gpudoctor.gate` is then the module
+        "import gpudoctor.preflight.api\n"  # the package first: the name `gate` is still the function
         "from gpudoctor import gate\n"
         f"print(gate(root={HEALTHY!r}).verdict)\n"
     )

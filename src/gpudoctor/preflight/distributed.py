@@ -12,7 +12,8 @@
    policy's distributed.min_busbw_gbps (or --min-busbw) it is a blocking failure
    (gate-allreduce-busbw).
 4. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
-   bandwidth and the verdict; every rank exits 1 when any rank is no-go, so the whole job stops.
+   bandwidth and the verdict (render/gate_distributed.py); every rank exits 1 when any rank is
+   no-go, so the whole job stops.
 
 A watchdog bounds the whole exchange: a rank that never arrives or a collective that never
 returns ends every waiting rank with exit status 1 and a message, never a hung job.
@@ -26,10 +27,15 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .findings import HOST, Finding, Status
-from .gate import GateError, GateReport, Policy, blocking_lines, run
+from ..findings import HOST, Finding, Status
+from .api import run
+from .checks import gate_finding
+from .errors import GateError
+from .policy import Policy
+from .verdict import GateReport, blocking_lines
 
 
 def _int_env(name: str) -> int:
@@ -41,7 +47,7 @@ def _int_env(name: str) -> int:
 
 def own_gpu(facts: Mapping[str, Any], local_rank: int, torch: Any = None) -> str | None:
     """PCI bus id (NVML's form) of the GPU this rank uses, or None when it cannot be told."""
-    from .engine.subjects import gpu_subjects, normalise_bus_id
+    from ..engine.subjects import gpu_subjects, normalise_bus_id
 
     gpus = [g for g in gpu_subjects(facts) if g.get("in_nvml") is True]
     if torch is not None:
@@ -80,7 +86,7 @@ def own_gpu(facts: Mapping[str, Any], local_rank: int, torch: Any = None) -> str
 
 
 def _gpu_label(facts: Mapping[str, Any], bus: str | None) -> str:
-    from .engine.subjects import gpu_subjects
+    from ..engine.subjects import gpu_subjects
 
     for g in gpu_subjects(facts):
         if g.get("bus_id") == bus:
@@ -121,8 +127,6 @@ def measure_allreduce(torch: Any, dist: Any, device: Any, world: int, rank: int,
 
 
 def bandwidth_finding(result: dict[str, Any], world: int) -> Finding:
-    from .gate import _finding
-
     size_mib = result["bytes"] / (1 << 20)
     said = (
         f"all-reduce bus bandwidth {result['busbw_gbps']:.1f} GB/s across {world} ranks "
@@ -130,12 +134,12 @@ def bandwidth_finding(result: dict[str, Any], world: int) -> Finding:
     )
     minimum = result.get("min_busbw_gbps")
     if not result["correct"]:
-        return _finding("gate-allreduce-busbw", HOST, Status.FAIL, "all-reduce returned a wrong sum on some rank")
+        return gate_finding("gate-allreduce-busbw", HOST, Status.FAIL, "all-reduce returned a wrong sum on some rank")
     if minimum is not None and result["busbw_gbps"] < minimum:
-        return _finding(
+        return gate_finding(
             "gate-allreduce-busbw", HOST, Status.FAIL, f"{said}, under the policy's minimum {minimum:g} GB/s"
         )
-    return _finding(
+    return gate_finding(
         "gate-allreduce-busbw",
         HOST,
         Status.PASS,
@@ -172,60 +176,36 @@ def _rank_row(report: GateReport, rank: int, local_rank: int, own: str | None) -
     }
 
 
-def render_table(rows: list[dict[str, Any]], backend: str, allreduce: Finding | None, style: Any) -> str:
-    out: list[str] = []
-    for row in rows:
-        for line in row["blocking"]:
-            out.append(style("NO-GO", fg="red", bold=True) + f"  rank {row['rank']} ({row['node']}): {line}")
-    if allreduce is not None and allreduce.status is Status.FAIL:
-        out.append(style("NO-GO", fg="red", bold=True) + f"  {allreduce.rule_id}: {allreduce.message}")
-    if out:
-        out.append("")
-    nodes = list(dict.fromkeys(r["node"] for r in rows))
-    out.append(f"gpudoctor gate --distributed · {len(rows)} ranks on {len(nodes)} node(s) · backend {backend}")
-    widths = {
-        "node": max([len(r["node"]) for r in rows] + [4]),
-        "gpu": min(max([len(r["gpu"]) for r in rows] + [3]), 48),
-    }
-    out.append(
-        f"  {'rank':<5} {'local':<5} {'node':<{widths['node']}}  {'GPU':<{widths['gpu']}}  verdict  first blocking"
-    )
-    for r in rows:
-        first = r["blocking"][0] if r["blocking"] else ""
-        first = first if len(first) <= 90 else first[:87] + "..."
-        verdict = style(
-            f"{r['verdict'].upper() if r['verdict'] != 'go' else 'go':<7}",
-            fg="red" if r["verdict"] != "go" else "green",
-        )
-        gpu = r["gpu"][: widths["gpu"]]
-        out.append(
-            f"  {r['rank']:<5} {r['local_rank']:<5} {r['node']:<{widths['node']}}  {gpu:<{widths['gpu']}}  "
-            f"{verdict}  {first}".rstrip()
-        )
-    if allreduce is not None:
-        out.append(f"all-reduce: {allreduce.message}: {'pass' if allreduce.status is Status.PASS else 'FAIL'}")
-    elif backend != "nccl":
-        out.append("all-reduce: not measured (no NCCL: the ranks have no usable CUDA device)")
-    else:
-        out.append("all-reduce: not measured (a rank is no-go)")
-    bad = [r for r in rows if r["verdict"] != "go"]
-    if bad or (allreduce is not None and allreduce.status is Status.FAIL):
-        what = [f"rank {r['rank']} on {r['node']}" for r in bad]
-        if allreduce is not None and allreduce.status is Status.FAIL:
-            what.append("all-reduce bandwidth")
-        out.append(style("Verdict: NO-GO — " + ", ".join(what) + " (every rank exits 1)", fg="red", bold=True))
-    else:
-        out.append(style(f"Verdict: GO — {len(rows)} ranks", fg="green", bold=True))
-    return "\n".join(out) + "\n"
+@dataclass
+class DistributedOutcome:
+    """One rank's part of a distributed gate; rank 0 prints the table (render/gate_distributed.py)."""
+
+    rank: int
+    world: int
+    backend: str
+    report: GateReport
+    row: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)  # every rank's row; empty when the exchange failed
+    allreduce: Finding | None = None
+    measured: dict[str, Any] | None = None
+    # why this rank could not take part (it could not join the others, the exchange failed)
+    problem: str = ""
+
+    @property
+    def failed(self) -> bool:
+        if self.problem:
+            return True
+        any_no_go = any(r["verdict"] != "go" for r in self.rows)
+        return any_no_go or (self.allreduce is not None and self.allreduce.status is Status.FAIL)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
 
 
-def run_distributed(
-    policy: Policy, run_options: dict[str, Any], *, json_path: str | None = None, style: Any = None
-) -> int:
-    """Gate this rank, meet the others, print (rank 0) and return the exit status for every rank."""
-    from .render.text import plain
-
-    style = style or plain
+def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedOutcome:
+    """Gate this rank, meet the others and return what every rank learnt; exit status 1 on every
+    rank when any rank is no-go."""
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise GateError(
@@ -264,8 +244,7 @@ def run_distributed(
     watchdog.daemon = True
     watchdog.start()
     backend = "nccl" if cuda and dist.is_nccl_available() else "gloo"
-    allreduce: Finding | None = None
-    measured: dict[str, Any] | None = None
+    outcome = DistributedOutcome(rank, world, backend, report, row)
     try:
         from datetime import timedelta
 
@@ -274,39 +253,23 @@ def run_distributed(
         try:
             dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=budget))
         except Exception as exc:
-            sys.stderr.write(f"NO-GO  rank {rank}: could not join the other ranks: {type(exc).__name__}: {exc}\n")
-            return 1
+            outcome.problem = f"NO-GO  rank {rank}: could not join the other ranks: {type(exc).__name__}: {exc}"
+            return outcome
         try:
             objects = dist.new_group(backend="gloo") if backend == "nccl" else None
             rows = gather_rows(torch, dist, row, world, objects)
-            any_no_go = any(r["verdict"] != "go" for r in rows)
-            if backend == "nccl" and world >= 2 and not any_no_go:
+            if backend == "nccl" and world >= 2 and not any(r["verdict"] != "go" for r in rows):
                 measured = measure_allreduce(torch, dist, torch.device("cuda", local_rank), world, rank, policy)
-                allreduce = bandwidth_finding(measured, world)
+                outcome.measured = measured
+                outcome.allreduce = bandwidth_finding(measured, world)
+            outcome.rows = rows
         except Exception as exc:
-            sys.stderr.write(f"NO-GO  rank {rank}: the ranks could not exchange results: {type(exc).__name__}: {exc}\n")
-            return 1
+            outcome.problem = f"NO-GO  rank {rank}: the ranks could not exchange results: {type(exc).__name__}: {exc}"
+            outcome.rows = []
+            return outcome
         finally:
             dist.destroy_process_group()
     finally:
         watchdog.cancel()
 
-    failed = any_no_go or (allreduce is not None and allreduce.status is Status.FAIL)
-    if rank == 0:
-        sys.stdout.write(render_table(rows, backend, allreduce, style))
-        sys.stdout.flush()
-        if json_path:
-            from .facts import write_atomic
-
-            data = report.to_dict()
-            data["verdict"] = "no-go" if failed else "go"
-            data["exit_code"] = 1 if failed else 0
-            data["distributed"] = {"world_size": world, "backend": backend, "ranks": rows, "allreduce": measured}
-            try:
-                write_atomic(json_path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-            except OSError as exc:
-                raise GateError(f"cannot write {json_path}: {exc.strerror or exc}") from None
-    elif row["blocking"]:
-        for line in row["blocking"]:
-            sys.stderr.write(f"NO-GO  rank {rank}: {line}\n")
-    return 1 if failed else 0
+    return outcome

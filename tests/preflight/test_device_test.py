@@ -12,11 +12,14 @@ import time
 import jsonschema
 import pytest
 
-from gpudoctor.deep import deep_findings, start_deep
 from gpudoctor.findings import Status
-from gpudoctor.gate import Policy, judge, run
+from gpudoctor.preflight.api import run
+from gpudoctor.preflight.device_findings import deep_findings
+from gpudoctor.preflight.device_test import start_deep
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
 from gpudoctor.schemas import load_schema
-from tests.gate.helpers import (
+from tests.preflight.helpers import (
     HEALTHY,
     cli,
     device_events,

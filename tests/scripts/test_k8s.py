@@ -39,7 +39,7 @@ def test_manifest_does_not_request_gpus_and_targets_gpu_nodes():
 
 
 def test_the_policy_in_the_configmap_is_valid():
-    from gpudoctor.gate import policy_from_mapping
+    from gpudoctor.preflight.policy import policy_from_mapping
 
     text = documents()["ConfigMap"]["data"]["policy.yaml"]
     policy = policy_from_mapping(yaml.safe_load(text), "configmap")

@@ -8,8 +8,9 @@ import pytest
 
 from gpudoctor.facts import Unavailable
 from gpudoctor.findings import Severity, Status
-from gpudoctor.gate import Policy, judge
-from tests.gate.helpers import facts, ruleset
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
+from tests.preflight.helpers import facts, ruleset
 
 
 def gate_of(name_or_facts, **policy):

@@ -6,7 +6,7 @@ import json
 
 from gpudoctor.advice.gpu_select import plan
 from gpudoctor.engine.runner import run_rules
-from tests.gate.helpers import DEGRADED, HEALTHY, cli, facts, four_gpu_facts, ruleset
+from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts, four_gpu_facts, ruleset
 
 GIB = 1 << 30
 

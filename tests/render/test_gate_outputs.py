@@ -14,10 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.facts import Unavailable
 from gpudoctor.findings import Finding, Severity, Status, Subject
-from gpudoctor.gate import Policy, judge
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
 from gpudoctor.render import junit, markdown, nfd, prometheus
+from gpudoctor.render.gate_json import report_json
 from gpudoctor.schemas import load_schema
-from tests.gate.helpers import DEGRADED, HEALTHY, cli, facts, ruleset
+from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts, ruleset
 
 
 def report_of(name: str, **policy):
@@ -35,7 +37,7 @@ def unknown_report(fail_closed: bool):
 
 @pytest.mark.parametrize("name", ["healthy-2gpu", "pcie-degraded", "no-driver", "thermal-slowdown"])
 def test_json_report_validates_against_its_schema(name):
-    data = report_of(name, expect_gpus=2, min_free_memory_gib=1).to_dict()
+    data = report_json(report_of(name, expect_gpus=2, min_free_memory_gib=1))
     jsonschema.validate(data, load_schema("gate-report"))
     assert data["verdict"] == ("go" if data["exit_code"] == 0 else "no-go")
     assert data["summary"]["blocking"] == sum(b["count"] for b in data["blocking"])

@@ -263,7 +263,7 @@ def test_gate_deep_stopped_by_sigterm(tmp_path: Path, spawned: Any) -> None:
     from tests.preflight.helpers import fake_python
 
     pid_file = tmp_path / "worker.pid"
-    python = fake_python(tmp_path, [{"e": "hello"}], tail=f"{write_pid(pid_file)}\nexec sleep 60")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail=f"{write_pid(pid_file)}\nexec sleep 60")
     proc = gpudoctor(spawned, "gate", "--root", HEALTHY, "--deep", "--python", python, "--timeout", "60")
     worker = wait_for_pid(pid_file, proc)
     returncode, out, err, took = stop(proc, signal.SIGTERM)
@@ -433,7 +433,7 @@ def test_an_exception_while_reading_the_device_test_kills_it(tmp_path: Path, res
     from tests.preflight.helpers import fake_python
 
     pid_file = tmp_path / "worker.pid"
-    python = fake_python(tmp_path, [{"e": "hello"}], tail=f"echo $$ > {pid_file}\nexec sleep 60")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail=f"echo $$ > {pid_file}\nexec sleep 60")
     pending = start_deep(python, deadline=time.monotonic() + 60)
     interrupt_after(0.5)
     with pytest.raises(KeyboardInterrupt):

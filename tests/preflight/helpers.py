@@ -54,14 +54,14 @@ def hung_nvml_root(tmp_path: Path, base: str = "healthy-2gpu") -> str:
     return str(root)
 
 
-MARK = "@@GPUDOCTOR-DEEP@@"
+MARK = "@@GPUDOCTOR@@ "
 
 
 def fake_python(tmp_path: Path, events: list[dict[str, Any]], tail: str = "", name: str = "fakepy") -> str:
     """An executable standing in for the target interpreter: prints the events, then runs `tail` (sh)."""
     lines = ["#!/bin/sh", "# ignores its arguments (-c <worker source> ...), like a stand-in should"]
     for event in events:
-        lines.append("cat <<'EOF'\n" + MARK + json.dumps(event) + "\nEOF")
+        lines.append("cat <<'EOF'\n" + MARK + json.dumps(event, separators=(",", ":")) + "\nEOF")
     if tail:
         lines.append(tail)
     path = tmp_path / name
@@ -73,22 +73,29 @@ def fake_python(tmp_path: Path, events: list[dict[str, Any]], tail: str = "", na
 def device_events(n: int = 2, bus_ids: tuple[str, ...] = ("0000:18:00.0", "0000:9a:00.0")) -> list[dict[str, Any]]:
     """Worker events up to the device list, for the healthy-2gpu / pcie-degraded fixtures."""
     out: list[dict[str, Any]] = [
-        {"e": "hello", "python": "3.12.3", "pid": 1, "t": 0},
-        {"e": "torch", "version": "2.11.0+cu130", "cuda": "13.0", "import_s": 1.5, "t": 1.5},
-        {"e": "cuda", "available": True, "count": n, "t": 1.6},
+        {"event": "hello", "python": "3.12.3", "pid": 1, "t": 0},
+        {"event": "torch", "version": "2.11.0+cu130", "cuda": "13.0", "import_s": 1.5, "t": 1.5},
+        {"event": "cuda", "available": True, "count": n, "t": 1.6},
     ]
     for i in range(n):
         out.append(
-            {"e": "device", "gpu": i, "name": "NVIDIA H100 80GB HBM3", "uuid": None, "bus_id": bus_ids[i], "cc": "9.0"}
+            {
+                "event": "device",
+                "gpu": i,
+                "name": "NVIDIA H100 80GB HBM3",
+                "uuid": None,
+                "bus_id": bus_ids[i],
+                "cc": "9.0",
+            }
         )
     return out
 
 
 def step_events(gpu: Any, step: str, ok: Any = True, peer: Any = None, **extra: Any) -> list[dict[str, Any]]:
-    begin = {"e": "begin", "gpu": gpu, "step": step, "peer": peer}
+    begin = {"event": "begin", "gpu": gpu, "step": step, "peer": peer}
     if ok == "hang":
         return [begin]
-    return [begin, {"e": "end", "gpu": gpu, "step": step, "peer": peer, "ok": ok, "s": 0.1, **extra}]
+    return [begin, {"event": "end", "gpu": gpu, "step": step, "peer": peer, "ok": ok, "s": 0.1, **extra}]
 
 
 def passing_gpu(gpu: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import pytest
 from gpudoctor.findings import Status
 from gpudoctor.preflight.api import run
 from gpudoctor.preflight.device_findings import deep_findings
-from gpudoctor.preflight.device_test import start_deep
+from gpudoctor.preflight.device_test import parse_event, start_deep
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.schemas import load_schema
@@ -47,7 +47,7 @@ def all_passing() -> list[dict]:
     events += step_events(0, "p2p", peer=1, peer_access=True, gbps=40.0)
     events += step_events(1, "p2p", peer=0, peer_access=True, gbps=40.0)
     events += step_events(None, "allreduce", mib=64)
-    return events + [{"e": "done", "ok": True}]
+    return events + [{"event": "done", "ok": True}]
 
 
 def test_passing_device_test_maps_every_step_to_the_right_gpu(tmp_path):
@@ -91,7 +91,7 @@ def test_a_hung_gpu_is_named_and_the_child_is_killed_at_the_deadline(tmp_path):
 def test_a_failed_step_fails_that_gpu_and_skips_the_collectives(tmp_path):
     events = device_events(2) + passing_gpu(0) + step_events(1, "context")
     events += step_events(1, "memory", ok=False, error="checksum mismatch: got 1 and 2, want 3 and 4")
-    result = deep_run(fake_python(tmp_path, events + [{"e": "done", "ok": False}], tail="exit 1"))
+    result = deep_run(fake_python(tmp_path, events + [{"event": "done", "ok": False}], tail="exit 1"))
     findings = deep_findings(result, facts("healthy-2gpu"))
     [bad] = [f for f in findings if f.status is Status.FAIL]
     assert bad.rule_id == "gate-deep-gpu" and bad.subject.index == 1 and "memory failed: checksum" in bad.message
@@ -108,23 +108,30 @@ def test_a_child_that_dies_mid_step_fails_the_gpu(tmp_path):
 
 
 def test_torch_missing_is_a_check_that_could_not_run(tmp_path):
-    python = fake_python(tmp_path, [{"e": "hello"}, {"e": "torch_error", "error": "ModuleNotFoundError: torch"}])
+    python = fake_python(
+        tmp_path, [{"event": "hello"}, {"event": "torch_error", "error": "ModuleNotFoundError: torch"}]
+    )
     [f] = deep_findings(deep_run(python), facts("healthy-2gpu"))
     assert f.status is Status.UNKNOWN and "cannot import torch" in f.message and f.cause == "deep: not_found"
 
 
 def test_cuda_unusable_fails(tmp_path):
     events = [
-        {"e": "hello"},
-        {"e": "torch", "version": "2.5.1+cpu", "cuda": None, "import_s": 1.0},
-        {"e": "cuda", "available": False, "count": 0, "error": "AssertionError: Torch not compiled with CUDA enabled"},
+        {"event": "hello"},
+        {"event": "torch", "version": "2.5.1+cpu", "cuda": None, "import_s": 1.0},
+        {
+            "event": "cuda",
+            "available": False,
+            "count": 0,
+            "error": "AssertionError: Torch not compiled with CUDA enabled",
+        },
     ]
     [f] = deep_findings(deep_run(fake_python(tmp_path, events, tail="exit 4")), facts("healthy-2gpu"))
     assert f.status is Status.FAIL and "not compiled with CUDA" in f.message
 
 
 def test_torch_seeing_fewer_gpus_than_nvml_fails(tmp_path):
-    events = device_events(1) + passing_gpu(0) + [{"e": "done", "ok": True}]
+    events = device_events(1) + passing_gpu(0) + [{"event": "done", "ok": True}]
     findings = deep_findings(
         deep_run(fake_python(tmp_path, events), env={"PATH": "/usr/bin:/bin"}), facts("healthy-2gpu")
     )
@@ -133,7 +140,7 @@ def test_torch_seeing_fewer_gpus_than_nvml_fails(tmp_path):
 
 
 def test_stuck_in_torch_import_is_named(tmp_path):
-    python = fake_python(tmp_path, [{"e": "hello"}], tail="exec sleep 30")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail="exec sleep 30")
     [f] = deep_findings(deep_run(python, budget=0.8), facts("healthy-2gpu"))
     assert f.status is Status.UNKNOWN and "importing torch" in f.message and f.cause == "deep: timeout"
 
@@ -174,7 +181,7 @@ def test_gate_deep_on_the_command_line(capsys, tmp_path):
 
 def test_nvml_hang_stops_the_device_test_early(tmp_path):
     """With the driver not answering NVML the device test would only hang until the deadline."""
-    python = fake_python(tmp_path, [{"e": "hello"}], tail="exec sleep 30")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail="exec sleep 30")
     started = time.monotonic()
     report = run(Policy(deep=True, deadline_s=20), root=hung_nvml_root(tmp_path), python=python, nvml_timeout=1)
     assert time.monotonic() - started < 4
@@ -187,7 +194,7 @@ def test_nvml_hang_stops_the_device_test_early(tmp_path):
 def test_the_real_worker_on_cpu_devices_passes_every_step():
     result = deep_run(sys.executable, budget=60, memory_mib=8, extra_args=["--cpu-devices", "2"])
     assert result.returncode == 0, result.stderr_tail
-    steps = {(e["gpu"], e["step"]): e for e in result.events if e["e"] == "end"}
+    steps = {(e["gpu"], e["step"]): e for e in result.events if e["event"] == "end"}
     assert set(steps) == {
         (0, "context"),
         (0, "memory"),
@@ -226,5 +233,20 @@ def test_ignored_collectives_are_not_run():
     result = deep_run(
         sys.executable, budget=60, memory_mib=8, extra_args=["--cpu-devices", "2", "--skip", "p2p,allreduce"]
     )
-    steps = {e["step"] for e in result.events if e["e"] == "end"}
+    steps = {e["step"] for e in result.events if e["event"] == "end"}
     assert result.returncode == 0 and steps == {"context", "memory", "matmul"}
+
+
+def test_event_lines_follow_the_one_child_line_protocol():
+    assert parse_event('@@GPUDOCTOR@@ {"event":"begin","gpu":0}') == {"event": "begin", "gpu": 0}
+    assert parse_event(b'@@GPUDOCTOR@@ {"event":"done","ok":true}\n') == {"event": "done", "ok": True}
+    for line in (
+        "NCCL INFO Bootstrap : Using eth0",  # a library's print
+        '@@GPUDOCTOR@@ {"event":"end","gpu":',  # cut by the kill
+        '@@GPUDOCTOR@@ {"gpu":0}',  # no event
+        '@@GPUDOCTOR@@ {"event":"end","s":NaN}',  # not strict JSON
+        '@@GPUDOCTOR-DEEP@@{"e":"begin"}',  # the old marker
+        '@@GPUDOCTOR@@ ["event"]',
+        "@@GPUDOCTOR@@ " + '{"event":"x","pad":"' + "a" * (1 << 17) + '"}',  # longer than any event
+    ):
+        assert parse_event(line) is None, line

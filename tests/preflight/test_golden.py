@@ -50,7 +50,7 @@ def _all_passing() -> list[dict[str, Any]]:
     events += step_events(0, "p2p", peer=1, peer_access=True, gbps=40.0)
     events += step_events(1, "p2p", peer=0, peer_access=True, gbps=40.0)
     events += step_events(None, "allreduce", mib=64)
-    return events + [{"e": "done", "ok": True}]
+    return events + [{"event": "done", "ok": True}]
 
 
 def _hung() -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ def _hung() -> list[dict[str, Any]]:
 def _failed_memory() -> list[dict[str, Any]]:
     events = device_events(2) + passing_gpu(0) + step_events(1, "context")
     events += step_events(1, "memory", ok=False, error="checksum mismatch: got 1 and 2, want 3 and 4")
-    return events + [{"e": "done", "ok": False}]
+    return events + [{"event": "done", "ok": False}]
 
 
 EXPECT_GOOD = {"expect_gpus": 2, "expect_model": "H100", "min_free_memory_gib": 70.0}
@@ -90,7 +90,9 @@ CASES: dict[str, Any] = {
     "no-go-deep-no-torch": (
         lambda: facts("healthy-2gpu"),
         {"deep": True},
-        lambda: _deep([{"e": "hello"}, {"e": "torch_error", "error": "ModuleNotFoundError: No module named 'torch'"}]),
+        lambda: _deep(
+            [{"event": "hello"}, {"event": "torch_error", "error": "ModuleNotFoundError: No module named 'torch'"}]
+        ),
     ),
 }
 

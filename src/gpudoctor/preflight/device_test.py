@@ -13,7 +13,6 @@ device_findings.py turns the result into findings.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,9 +20,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..children import CUT, EOF, Child
+from ..inputs import parse_json
 
 WORKER = Path(__file__).resolve().parent.parent / "workers" / "device_test.py"
-MARKER = "@@GPUDOCTOR-DEEP@@"
 GPU_STEPS = ("context", "memory", "matmul")
 # What the test may print on stdout before it is stopped as runaway: its events are short lines
 # (well under a megabyte on any host); the rest is room for a library's prints.
@@ -49,14 +48,14 @@ class DeepResult:
     index_is_nvml: bool = True
 
     def first(self, kind: str) -> dict[str, Any] | None:
-        return next((e for e in self.events if e.get("e") == kind), None)
+        return next((e for e in self.events if e.get("event") == kind), None)
 
     @property
     def devices(self) -> dict[int, dict[str, Any]]:
-        return {int(e["gpu"]): e for e in self.events if e.get("e") == "device" and isinstance(e.get("gpu"), int)}
+        return {int(e["gpu"]): e for e in self.events if e.get("event") == "device" and isinstance(e.get("gpu"), int)}
 
     def ends(self) -> dict[tuple[Any, Any, Any], dict[str, Any]]:
-        return {(e.get("gpu"), e.get("step"), e.get("peer")): e for e in self.events if e.get("e") == "end"}
+        return {(e.get("gpu"), e.get("step"), e.get("peer")): e for e in self.events if e.get("event") == "end"}
 
     def running(self) -> list[dict[str, Any]]:
         """Steps that began and never ended."""
@@ -64,7 +63,7 @@ class DeepResult:
         return [
             e
             for e in self.events
-            if e.get("e") == "begin" and (e.get("gpu"), e.get("step"), e.get("peer")) not in ended
+            if e.get("event") == "begin" and (e.get("gpu"), e.get("step"), e.get("peer")) not in ended
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -78,22 +77,32 @@ class DeepResult:
             "duration_s": round(self.duration_s, 3),
             "import_s": torch.get("import_s"),
             "timed_out": self.timed_out,
-            "steps": [{k: v for k, v in e.items() if k != "e"} for e in self.events if e.get("e") in ("end",)],
+            "steps": [{k: v for k, v in e.items() if k != "event"} for e in self.events if e.get("event") == "end"],
         }
 
 
+# The one child line protocol: ``@@GPUDOCTOR@@ <compact JSON object>`` with an "event" key.
+MARKER = "@@GPUDOCTOR@@"
+# An event line is short (a step's result); a longer line is not one of the worker's.
+MAX_EVENT_LINE = 64 << 10
+
+
+# joined with children.parse_event at merge
+def parse_event(line: bytes | str) -> dict[str, Any] | None:
+    """One event from a worker's line, or None for a line that is not one (a library's print, a
+    line cut by the kill, JSON that is not strict, an object without "event")."""
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    if len(text) > MAX_EVENT_LINE or not text.startswith(MARKER + " "):
+        return None
+    try:
+        event = parse_json(text[len(MARKER) + 1 :].strip(), "worker event", "event line")
+    except ValueError:  # InputError: not strict JSON
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
+
+
 def parse_events(stdout: str) -> list[dict[str, Any]]:
-    events = []
-    for line in stdout.splitlines():
-        if not line.startswith(MARKER):
-            continue
-        try:
-            event = json.loads(line[len(MARKER) :])
-        except ValueError:
-            continue  # a line cut by the kill
-        if isinstance(event, dict):
-            events.append(event)
-    return events
+    return [event for event in map(parse_event, stdout.splitlines()) if event is not None]
 
 
 class DeepRun:

@@ -1,10 +1,11 @@
 """The device test of `gpudoctor gate --deep`, run as a script by the target interpreter.
 
 Run as ``<python> device_test.py [--memory-mib N] [--devices 0,1]``; it needs only the standard
-library and torch (the interpreter may have no gpudoctor). It prints one line per event,
-``@@GPUDOCTOR-DEEP@@`` followed by JSON, flushed at once: a ``begin`` line before every step and
-an ``end`` line after it, so that the parent, which kills this process at its deadline, knows
-which GPU and step did not finish.
+library and torch (the interpreter may have no gpudoctor). It reports to the parent in gpudoctor's
+one child line protocol: one line per event, ``@@GPUDOCTOR@@ <compact JSON object>`` with an
+``event`` key, flushed at once: a ``begin`` line before every step and an ``end`` line after
+it, so that the parent, which kills this process at its deadline, knows which GPU and step did
+not finish.
 
 Steps, every GPU on its own thread (contexts and first calls overlap; one hung GPU does not stop
 the others from reporting):
@@ -43,7 +44,7 @@ import sys
 import threading
 import time
 
-MARKER = "@@GPUDOCTOR-DEEP@@"
+MARKER = "@@GPUDOCTOR@@"
 _T0 = time.monotonic()
 _LOCK = threading.Lock()
 MATMUL_N = 512
@@ -51,9 +52,11 @@ P2P_MIB = 64
 ALLREDUCE_MIB = 64
 
 
-def emit(**event):
-    event["t"] = round(time.monotonic() - _T0, 4)
-    line = MARKER + json.dumps(event) + "\n"
+# Its own emit function rather than workers/_emit.py: the parent runs this file's source with -c,
+# so no sibling module is importable from here.
+def emit(event, **fields):
+    fields["t"] = round(time.monotonic() - _T0, 4)
+    line = MARKER + " " + json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
     with _LOCK:
         sys.stdout.write(line)
         sys.stdout.flush()
@@ -66,17 +69,16 @@ def _error(exc):
 
 def _step(gpu, step, fn, peer=None):
     """Run one step between begin/end events; return True when it passed."""
-    emit(e="begin", gpu=gpu, step=step, peer=peer)
+    emit("begin", gpu=gpu, step=step, peer=peer)
     started = time.monotonic()
     try:
         extra = fn() or {}
     except Exception as exc:  # the parent reports it; the other GPUs go on
-        emit(
-            e="end", gpu=gpu, step=step, peer=peer, ok=False, error=_error(exc), s=round(time.monotonic() - started, 4)
-        )
+        seconds = round(time.monotonic() - started, 4)
+        emit("end", gpu=gpu, step=step, peer=peer, ok=False, error=_error(exc), s=seconds)
         return False
     ok = extra.pop("ok", True)
-    emit(e="end", gpu=gpu, step=step, peer=peer, ok=ok, s=round(time.monotonic() - started, 4), **extra)
+    emit("end", gpu=gpu, step=step, peer=peer, ok=ok, s=round(time.monotonic() - started, 4), **extra)
     return bool(ok)
 
 
@@ -203,37 +205,33 @@ class Cpu(Cuda):
 def main(argv):
     options = _parse(argv)
     memory_mib = options["memory_mib"]
-    emit(e="hello", python=sys.version.split()[0], pid=os.getpid())
+    emit("hello", python=sys.version.split()[0], pid=os.getpid())
     started = time.monotonic()
     try:
         import torch
     except Exception as exc:
-        emit(e="torch_error", error=_error(exc))
+        emit("torch_error", error=_error(exc))
         return 3
-    emit(
-        e="torch",
-        version=str(torch.__version__),
-        cuda=torch.version.cuda,
-        import_s=round(time.monotonic() - started, 4),
-    )
+    took = round(time.monotonic() - started, 4)
+    emit("torch", version=str(torch.__version__), cuda=torch.version.cuda, import_s=took)
     backend = Cpu(torch, options["cpu_devices"]) if options["cpu_devices"] else Cuda(torch)
 
     try:
         available, count, reason = backend.count()
     except Exception as exc:
-        emit(e="cuda", available=False, count=0, error=_error(exc))
+        emit("cuda", available=False, count=0, error=_error(exc))
         return 4
     if not available:
-        emit(e="cuda", available=False, count=count, error=reason)
+        emit("cuda", available=False, count=count, error=reason)
         return 4
-    emit(e="cuda", available=True, count=count)
+    emit("cuda", available=True, count=count)
     wanted = options["devices"]
     devices = [d for d in (wanted if wanted is not None else range(count)) if 0 <= d < count]
     caps = {}
     for i in devices:
         info = backend.describe(i)
         caps[i] = info.pop("cc")
-        emit(e="device", gpu=i, cc="{}.{}".format(*caps[i]), **info)
+        emit("device", gpu=i, cc="{}.{}".format(*caps[i]), **info)
 
     # CPU references from fixed inputs: the same numbers on every run and every GPU.
     gen = torch.Generator().manual_seed(1234)
@@ -355,7 +353,7 @@ def main(argv):
     if "ok" in reduced:
         all_ok = reduced["ok"] and all_ok
 
-    emit(e="done", ok=all_ok)
+    emit("done", ok=all_ok)
     return 0 if all_ok else 1
 
 

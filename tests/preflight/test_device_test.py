@@ -190,6 +190,16 @@ def test_nvml_hang_stops_the_device_test_early(tmp_path):
     assert not report.go
 
 
+@pytest.mark.skipif(HAS_TORCH, reason="torch is installed here")
+def test_the_real_worker_without_torch_says_so_in_event_lines():
+    result = deep_run(sys.executable, budget=30)
+    assert result.returncode == 3, result.stderr_tail
+    assert [e["event"] for e in result.events] == ["hello", "torch_error"]
+    assert "torch" in result.events[1]["error"] and isinstance(result.events[0]["t"], float)
+    [f] = deep_findings(result, facts("healthy-2gpu"))
+    assert f.status is Status.UNKNOWN and "cannot import torch" in f.message
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed here")
 def test_the_real_worker_on_cpu_devices_passes_every_step():
     result = deep_run(sys.executable, budget=60, memory_mib=8, extra_args=["--cpu-devices", "2"])

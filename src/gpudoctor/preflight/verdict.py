@@ -60,11 +60,17 @@ def _said(f: Finding) -> str:
     return f"{f.subject.label}: {message}"
 
 
-def _cause_text(cause: str) -> str:
+_SOURCE_NAMES = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}
+
+
+def cause_parts(cause: str) -> tuple[str, str, str]:
+    """A cause "source: reason" as (source, the source's name in a sentence, reason)."""
     source, _, reason = cause.partition(": ")
-    name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}.get(
-        source, source
-    )
+    return source, _SOURCE_NAMES.get(source, source), reason
+
+
+def _cause_text(cause: str) -> str:
+    source, name, reason = cause_parts(cause)
     return f"{name} facts are unavailable ({reason})" if source != "deep" else f"{name}: {reason}"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Finding, Status
-from ..preflight.verdict import not_visible
+from ..preflight.verdict import cause_parts, not_visible
 from .safe import printable
 from .text import STATUS_COLOURS, Style, badge, header, plain
 
@@ -49,10 +49,7 @@ FOLD_AT = 3
 
 
 def _cause_words(cause: str) -> str:
-    source, _, reason = cause.partition(": ")
-    name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}.get(
-        source, source
-    )
+    _, name, reason = cause_parts(cause)
     return f"{printable(name)} facts unavailable ({printable(reason)})"
 
 

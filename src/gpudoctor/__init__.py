@@ -13,11 +13,11 @@ __version__ = "0.1.0"
 # The Python API for job scripts, imported on first use so that `import gpudoctor` (and every
 # CLI command) stays cheap: `from gpudoctor import gate, GateFailed`.
 _LAZY = {
-    "gate": ("gate", "gate"),
-    "GateFailed": ("gate", "GateFailed"),
-    "GateError": ("gate", "GateError"),
-    "GateReport": ("gate", "GateReport"),
-    "Policy": ("gate", "Policy"),
+    "gate": ("preflight.api", "gate"),
+    "GateFailed": ("preflight.errors", "GateFailed"),
+    "GateError": ("preflight.errors", "GateError"),
+    "GateReport": ("preflight.verdict", "GateReport"),
+    "Policy": ("preflight.policy", "Policy"),
 }
 
 
@@ -28,7 +28,5 @@ def __getattr__(name: str) -> Any:
 
     module_name, attribute = _LAZY[name]
     value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attribute)
-    # Importing the submodule gpudoctor.gate bound the name `gate` here to the module; the API
-    # promises the function.
     globals()[name] = value
     return value

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.gate.helpers import DEGRADED, HEALTHY, NO_DRIVER, THERMAL, cli, hung_nvml_root
+from tests.preflight.helpers import DEGRADED, HEALTHY, NO_DRIVER, THERMAL, cli, hung_nvml_root
 
 
 @pytest.mark.parametrize("root, status", [(HEALTHY, 0), (DEGRADED, 1), (THERMAL, 1), (NO_DRIVER, 1)])

@@ -224,8 +224,9 @@ def test_a_child_is_registered_until_it_is_reaped() -> None:
 
 def test_deep_and_bench_runners_stop_a_worker_that_floods(tmp_path: Path) -> None:
     from gpudoctor.bench import runner
-    from gpudoctor.deep import deep_findings, start_deep
-    from tests.gate.helpers import facts
+    from gpudoctor.preflight.device_findings import deep_findings
+    from gpudoctor.preflight.device_test import start_deep
+    from tests.preflight.helpers import facts
 
     flood = executable(tmp_path / "floods", f"#!{sys.executable}\n" + FLOOD.format(stream="stdout", mib=64))
     t0 = time.monotonic()
@@ -259,10 +260,10 @@ def test_check_python_stopped_by_a_signal(tmp_path: Path, spawned: Any, signo: i
 
 
 def test_gate_deep_stopped_by_sigterm(tmp_path: Path, spawned: Any) -> None:
-    from tests.gate.helpers import fake_python
+    from tests.preflight.helpers import fake_python
 
     pid_file = tmp_path / "worker.pid"
-    python = fake_python(tmp_path, [{"e": "hello"}], tail=f"{write_pid(pid_file)}\nexec sleep 60")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail=f"{write_pid(pid_file)}\nexec sleep 60")
     proc = gpudoctor(spawned, "gate", "--root", HEALTHY, "--deep", "--python", python, "--timeout", "60")
     worker = wait_for_pid(pid_file, proc)
     returncode, out, err, took = stop(proc, signal.SIGTERM)
@@ -428,11 +429,11 @@ def restore_alarm() -> Iterator[None]:
 
 def test_an_exception_while_reading_the_device_test_kills_it(tmp_path: Path, restore_alarm: None) -> None:
     """gpudoctor as a library (no handlers): a KeyboardInterrupt in the reader kills the child."""
-    from gpudoctor.deep import start_deep
-    from tests.gate.helpers import fake_python
+    from gpudoctor.preflight.device_test import start_deep
+    from tests.preflight.helpers import fake_python
 
     pid_file = tmp_path / "worker.pid"
-    python = fake_python(tmp_path, [{"e": "hello"}], tail=f"echo $$ > {pid_file}\nexec sleep 60")
+    python = fake_python(tmp_path, [{"event": "hello"}], tail=f"echo $$ > {pid_file}\nexec sleep 60")
     pending = start_deep(python, deadline=time.monotonic() + 60)
     interrupt_after(0.5)
     with pytest.raises(KeyboardInterrupt):
@@ -478,8 +479,8 @@ def nvml_and_findings(timeout: float, nvml_timeout: float) -> tuple[dict[str, An
 def test_a_huge_nvml_timeout_reads_the_replayed_nvml_as_the_default_does(huge: float) -> None:
     """The Python API takes any float (the CLI refuses more than a day): a deadline of weeks, or
     inf, once overflowed poll()'s milliseconds in the parent and alarm() in the child."""
-    from gpudoctor.gate import Policy
-    from gpudoctor.gate import run as gate
+    from gpudoctor.preflight.api import run as gate
+    from gpudoctor.preflight.policy import Policy
 
     default = nvml_and_findings(30.0, 5.0)
     assert default[0]["status"] == "ok"

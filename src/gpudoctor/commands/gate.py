@@ -153,7 +153,8 @@ def command(
     gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
     torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100
     """
-    from ..gate import GateError, Policy, load_policy
+    from ..preflight.errors import GateError
+    from ..preflight.policy import Policy, load_policy
 
     try:
         policy = load_policy(policy_file) if policy_file else Policy()
@@ -187,15 +188,23 @@ def command(
                 "--distributed prints one table on rank 0 and writes --json there; "
                 "--junit, --prometheus, --nfd-features and --format are for single-node runs"
             )
-        from ..distributed import run_distributed
+        from ..preflight.distributed import run_distributed
+        from ..render.gate_distributed import distributed_json, stderr_lines, stdout_text
+        from ..render.safe import terminal_safe
 
         try:
-            code = run_distributed(policy, run_options, json_path=json_path, style=style_for(sys.stdout, color))
+            outcome = run_distributed(policy, run_options)
         except GateError as exc:
             fail(str(exc))
-        sys.exit(code)
+        for line in stderr_lines(outcome):
+            click.echo(terminal_safe(line), err=True)
+        style = style_for(sys.stdout, color)
+        write_output(stdout_text(outcome, style), None, colour=coloured(style))
+        if json_path and outcome.rank == 0 and not outcome.problem:
+            write_output(distributed_json(outcome), json_path)
+        sys.exit(outcome.exit_code)
 
-    from ..gate import run as run_gate
+    from ..preflight.api import run as run_gate
 
     try:
         report = run_gate(policy, **run_options)
@@ -246,6 +255,6 @@ def command(
 
 
 def _json(report: Any) -> str:
-    import json
+    from ..render.gate_json import render
 
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    return render(report)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Finding, Status
+from ..preflight.verdict import cause_parts, not_visible
 from .safe import printable
 from .text import STATUS_COLOURS, Style, badge, header, plain
 
@@ -48,17 +49,12 @@ FOLD_AT = 3
 
 
 def _cause_words(cause: str) -> str:
-    source, _, reason = cause.partition(": ")
-    name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}.get(
-        source, source
-    )
+    _, name, reason = cause_parts(cause)
     return f"{printable(name)} facts unavailable ({printable(reason)})"
 
 
 def _why_not_judged(report: Any, f: Finding) -> str:
     """Why an unjudged check did not block: the policy said fail-open, or gpudoctor may not look."""
-    from ..gate import not_visible
-
     if not_visible(f):
         return printable(f.cause.partition(": ")[2].split(" ", 1)[0].replace("_", " "))
     return str(report.policy.on_cannot_check)

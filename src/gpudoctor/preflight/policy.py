@@ -1,0 +1,124 @@
+"""The gate's policy: what it expects and when it says no-go, from a YAML file, a mapping or flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..findings import Severity
+from .errors import PolicyError
+
+FAIL_CLOSED = "fail-closed"
+FAIL_OPEN = "fail-open"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the gate expects and when it says no-go. Defaults: fail on error, fail-closed, 30 s."""
+
+    source: str = "defaults"
+    expect_gpus: int | None = None
+    expect_model: str | None = None
+    min_free_memory_gib: float | None = None
+    fail_on: Severity = Severity.ERROR
+    fail_closed: bool = True
+    required: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    deadline_s: float = 30.0
+    deep: bool = False
+    deep_memory_mib: int = 256
+    min_busbw_gbps: float | None = None
+    allreduce_mib: int = 256
+    allreduce_iterations: int = 20
+
+    @property
+    def on_cannot_check(self) -> str:
+        return FAIL_CLOSED if self.fail_closed else FAIL_OPEN
+
+    def override(self, **values: Any) -> Policy:
+        """A copy with the given values; None means "not given" and keeps the current value."""
+        given = {k: v for k, v in values.items() if v is not None}
+        if "fail_on" in given and not isinstance(given["fail_on"], Severity):
+            given["fail_on"] = Severity(given["fail_on"])
+        for key in ("required", "ignore"):
+            if key in given:
+                given[key] = tuple(dict.fromkeys([*getattr(self, key), *given[key]]))
+        return replace(self, **given)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "fail_on": self.fail_on.value,
+            "on_cannot_check": self.on_cannot_check,
+            "deadline_s": self.deadline_s,
+            "required": list(self.required),
+            "ignore": list(self.ignore),
+            "expect": {
+                "gpus": self.expect_gpus,
+                "model": self.expect_model,
+                "min_free_memory_gib": self.min_free_memory_gib,
+            },
+            "deep": self.deep,
+            "min_busbw_gbps": self.min_busbw_gbps,
+        }
+
+
+def _yaml_line(data: Any, where: str) -> int | None:
+    """Line of the innermost mapping on a dotted schema path ('expect.gpus') in YAML read with lines."""
+    line = getattr(data, "line", None)
+    node = data
+    for part in where.replace("[", ".").replace("]", "").split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            line = getattr(node, "line", line)
+        else:
+            break
+    return line
+
+
+def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
+    """Validate a policy mapping (from YAML or a dict) and build a Policy."""
+    from ..inputs import type_name
+    from ..schemas import validate
+
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: a policy is a mapping of keys (expect, fail_on, ...), not {type_name(data)}")
+    problem = validate("policy", data)
+    if problem:
+        where = problem.split(":", 1)[0]
+        line = _yaml_line(data, where)
+        raise PolicyError(f"{source}{f':{line}' if line else ''}: {problem}")
+    expect = data.get("expect", {})
+    deep = data.get("deep", {})
+    dist = data.get("distributed", {})
+    defaults = Policy()
+    return Policy(
+        source=source,
+        expect_gpus=expect.get("gpus"),
+        expect_model=expect.get("model"),
+        min_free_memory_gib=float(expect["min_free_memory_gib"]) if "min_free_memory_gib" in expect else None,
+        fail_on=Severity(data.get("fail_on", "error")),
+        fail_closed=data.get("on_cannot_check", FAIL_CLOSED) == FAIL_CLOSED,
+        required=tuple(data.get("required", ())),
+        ignore=tuple(data.get("ignore", ())),
+        deadline_s=float(data.get("deadline_s", defaults.deadline_s)),
+        deep=bool(deep.get("enabled", False)),
+        deep_memory_mib=int(deep.get("memory_mib", defaults.deep_memory_mib)),
+        min_busbw_gbps=float(dist["min_busbw_gbps"]) if "min_busbw_gbps" in dist else None,
+        allreduce_mib=int(dist.get("allreduce_mib", defaults.allreduce_mib)),
+        allreduce_iterations=int(dist.get("iterations", defaults.allreduce_iterations)),
+    )
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy YAML file; PolicyError names the file and line of any problem."""
+    from ..engine.loader import RuleLoadError, read_yaml
+
+    try:
+        data = read_yaml(Path(path), "policy file")
+    except RuleLoadError as exc:
+        raise PolicyError(str(exc)) from None
+    return policy_from_mapping(data, str(path))

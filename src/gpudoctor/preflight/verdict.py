@@ -1,0 +1,256 @@
+"""The verdict: which findings block, the printed lines of a no-go, and the gate's report model."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..findings import Finding, Status, Subject
+from .checks import hang_rules, rule_keys
+from .expectations import expectation_findings
+from .policy import Policy
+
+
+@dataclass(frozen=True)
+class BlockingLine:
+    """One printed line of a no-go: a blocking finding, or unjudged checks folded by their shared cause."""
+
+    rule: str
+    subject: Subject
+    status: Status
+    what: str
+    fix: str
+    count: int = 1
+    # a line for one finding starts with its rule id; a folded group lists its rules at the end
+    grouped: bool = False
+
+    @property
+    def text(self) -> str:
+        head = self.what if self.grouped else f"{self.rule}: {self.what}"
+        return head + (f" — fix: {self.fix}" if self.fix else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "subject": self.subject.to_json(),
+            "status": self.status.value,
+            "line": self.text,
+            "fix": self.fix,
+            "count": self.count,
+        }
+
+
+def _first_line(text: str) -> str:
+    """The fix's first instruction; one that ends in a colon keeps the command that follows it."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
+def _said(f: Finding) -> str:
+    """The finding's message with its subject named once."""
+    message = f.message.strip()
+    if f.subject.kind == "host" or f.subject.label in message or (f.subject.bus_id and f.subject.bus_id in message):
+        return message
+    return f"{f.subject.label}: {message}"
+
+
+_SOURCE_NAMES = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}
+
+
+def cause_parts(cause: str) -> tuple[str, str, str]:
+    """A cause "source: reason" as (source, the source's name in a sentence, reason)."""
+    source, _, reason = cause.partition(": ")
+    return source, _SOURCE_NAMES.get(source, source), reason
+
+
+def _cause_text(cause: str) -> str:
+    source, name, reason = cause_parts(cause)
+    return f"{name} facts are unavailable ({reason})" if source != "deep" else f"{name}: {reason}"
+
+
+def blocking_lines(blocking: Sequence[Finding]) -> list[BlockingLine]:
+    lines: list[BlockingLine] = []
+    groups: dict[str, list[Finding]] = {}
+    for f in blocking:
+        if f.status is Status.FAIL:
+            lines.append(BlockingLine(f.rule_id, f.subject, f.status, _said(f), _first_line(f.fix)))
+        elif f.status is Status.UNKNOWN and f.cause:
+            groups.setdefault(f.cause, []).append(f)
+        else:
+            how = "broke" if f.status is Status.ERROR else "could not be checked"
+            detail = f" ({f.detail})" if f.detail else ""
+            lines.append(
+                BlockingLine(f.rule_id, f.subject, f.status, f"{f.subject.label}: {how}: {f.message}{detail}", "")
+            )
+    for cause, group in groups.items():
+        first = group[0]
+        if len(group) == 1:
+            detail = f" ({first.detail})" if first.detail and first.detail not in first.message else ""
+            lines.append(BlockingLine(first.rule_id, first.subject, first.status, _said(first) + detail, ""))
+            continue
+        subjects = list(dict.fromkeys(f.subject.label for f in group))
+        where = ", ".join(subjects) if len(subjects) <= 3 else f"{len(subjects)} subjects"
+        detail = max((f.detail for f in group), key=len)
+        rules = list(dict.fromkeys(f.rule_id for f in group))
+        shown = ", ".join(rules[:4]) + (f" and {len(rules) - 4} more" if len(rules) > 4 else "")
+        text = f"{where}: {len(group)} checks could not be judged: {detail or _cause_text(cause)}"
+        text += f" [{shown}]"
+        lines.append(BlockingLine(rules[0], first.subject, Status.UNKNOWN, text, "", count=len(group), grouped=True))
+    return lines
+
+
+@dataclass
+class GateReport:
+    policy: Policy
+    findings: list[Finding]
+    blocking: list[Finding]
+    not_judged: list[Finding]
+    lines: list[BlockingLine]
+    facts: Mapping[str, Any]
+    facts_origin: str = "live"
+    duration_s: float = 0.0
+    generated_epoch: float = field(default_factory=time.time)
+    deep: Any = None  # deep.DeepResult when the device test ran
+    # rules whose failure means a source did not answer (tag `hang`): could not check, not failed
+    hang_rules: frozenset[str] = frozenset()
+
+    def cannot_check(self, f: Finding) -> bool:
+        """The check could not be judged: inputs unavailable, the rule broke, or a source did not answer."""
+        return f.status in (Status.UNKNOWN, Status.ERROR) or (f.status is Status.FAIL and f.rule_id in self.hang_rules)
+
+    @property
+    def generated_at(self) -> str:
+        stamp = datetime.fromtimestamp(int(self.generated_epoch), timezone.utc)
+        return stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    @property
+    def go(self) -> bool:
+        return not self.blocking
+
+    @property
+    def verdict(self) -> str:
+        return "go" if self.go else "no-go"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.go else 1
+
+    def is_blocking(self, f: Finding) -> bool:
+        return any(f is b for b in self.blocking)
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Status}
+        for f in self.findings:
+            out[f.status.value] += 1
+        out["blocking"] = len(self.blocking)
+        out["not_judged"] = len(self.not_judged)
+        return out
+
+    def hostname(self) -> str:
+        host = self.facts.get("host")
+        name = host.get("hostname") if isinstance(host, Mapping) else None
+        return name if isinstance(name, str) else "unknown"
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """One row per GPU: identity, memory, and which checks failed on it."""
+        from ..engine.subjects import gpu_subjects
+
+        def known(value: Any, kind: type) -> Any:
+            return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+        rows = []
+        for g in gpu_subjects(self.facts):
+            bus = known(g.get("bus_id"), str)
+            on_it = [f for f in self.findings if f.subject.kind == "gpu" and f.subject.bus_id == bus]
+            rows.append(
+                {
+                    "index": known(g.get("index"), int),
+                    "bus_id": bus,
+                    "uuid": known(g.get("uuid"), str),
+                    "name": known(g.get("name"), str),
+                    "memory_total_bytes": known(g.get("memory_total_bytes"), int),
+                    "memory_used_bytes": known(g.get("memory_used_bytes"), int),
+                    "utilization_gpu_pct": known(g.get("utilization_gpu_pct"), int),
+                    "failed_checks": list(dict.fromkeys(f.rule_id for f in on_it if f.status is Status.FAIL)),
+                    "blocking": any(self.is_blocking(f) for f in on_it),
+                }
+            )
+        return rows
+
+
+# Reasons that say "gpudoctor may not look here" or "there is nothing to look at", not "the machine
+# did not answer": such a check is not judged and blocks only when required.
+NOT_VISIBLE_REASONS = ("no_permission", "not_supported")
+
+
+def not_visible(f: Finding) -> bool:
+    """An unknown finding whose facts are unavailable for lack of permission or of the feature."""
+    if f.status is not Status.UNKNOWN or not f.cause:
+        return False
+    reason = f.cause.partition(": ")[2].split(" ", 1)[0]
+    return reason in NOT_VISIBLE_REASONS
+
+
+def judge(
+    facts: Mapping[str, Any],
+    ruleset: Any,
+    policy: Policy,
+    *,
+    deep_result: Any = None,
+    extra: Iterable[Finding] = (),
+    facts_origin: str = "live",
+    duration_s: float = 0.0,
+    deadline: float | None = None,
+) -> GateReport:
+    """Run the policy's checks over the facts and decide. Pure: reads nothing but its arguments
+    (and the clock, against ``deadline``: rules not judged by then are unknown, cause timeout)."""
+    from ..engine.runner import run_rules, select
+    from ..engine.subjects import gpu_subjects
+
+    keys = rule_keys(ruleset)
+    ignored = set(policy.ignore)
+    rules = select(ruleset.rules, (), policy.ignore)
+    findings = run_rules(ruleset, facts, rules, deadline=deadline)
+    gate_findings = expectation_findings(facts, policy, gpu_subjects(facts))
+    if deep_result is not None:
+        from .device_findings import deep_findings
+
+        gate_findings += deep_findings(deep_result, facts)
+    gate_findings += list(extra)
+    findings += [f for f in gate_findings if not (keys.get(f.rule_id, {f.rule_id}) & ignored)]
+
+    hang = hang_rules(ruleset)
+    required = set(policy.required)
+    blocking: list[Finding] = []
+    not_judged: list[Finding] = []
+    for f in findings:
+        if f.status in (Status.PASS, Status.SKIP):
+            continue
+        is_required = bool(keys.get(f.rule_id, {f.rule_id}) & required)
+        can_block = is_required or f.severity.rank >= policy.fail_on.rank
+        cannot_check = f.status in (Status.UNKNOWN, Status.ERROR) or (f.status is Status.FAIL and f.rule_id in hang)
+        if not cannot_check:
+            if can_block:
+                blocking.append(f)
+        elif can_block and (is_required or (policy.fail_closed and not not_visible(f))):
+            blocking.append(f)
+        else:
+            not_judged.append(f)
+    return GateReport(
+        policy=policy,
+        findings=findings,
+        blocking=blocking,
+        not_judged=not_judged,
+        lines=blocking_lines(blocking),
+        facts=facts,
+        facts_origin=facts_origin,
+        duration_s=duration_s,
+        deep=deep_result,
+        hang_rules=frozenset(hang),
+    )

@@ -1,0 +1,157 @@
+"""`gate --distributed` on the CPU: two ranks over gloo (torch needed; skipped without it), and the
+pieces that need no torch: which GPU a rank owns, the bandwidth verdict, the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from gpudoctor.findings import Status
+from gpudoctor.preflight.distributed import bandwidth_finding, own_gpu
+from gpudoctor.render.gate_distributed import render_table
+from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed here")
+
+
+def test_own_gpu_follows_local_rank_and_cuda_visible_devices(monkeypatch):
+    data = facts("healthy-2gpu")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert own_gpu(data, 0) == "0000:18:00.0" and own_gpu(data, 1) == "0000:9a:00.0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert own_gpu(data, 0) == "0000:9a:00.0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", data["nvml"]["gpus"][0]["uuid"])
+    assert own_gpu(data, 0) == "0000:18:00.0" and own_gpu(data, 1) is None
+
+
+def test_bandwidth_under_the_policy_minimum_fails():
+    measured = {
+        "correct": True,
+        "bytes": 256 << 20,
+        "iterations": 20,
+        "algbw_gbps": 50.0,
+        "busbw_gbps": 75.0,
+        "min_busbw_gbps": 100.0,
+    }
+    low = bandwidth_finding(measured, world=4)
+    assert low.status is Status.FAIL and "75.0 GB/s" in low.message and "minimum 100 GB/s" in low.message
+    assert bandwidth_finding({**measured, "min_busbw_gbps": 50.0}, 4).status is Status.PASS
+    assert bandwidth_finding({**measured, "min_busbw_gbps": None}, 4).status is Status.PASS
+    assert bandwidth_finding({**measured, "correct": False}, 4).status is Status.FAIL
+
+
+def test_table_lists_every_rank_and_puts_blocking_lines_first():
+    rows = [
+        {"rank": 0, "local_rank": 0, "node": "n1", "gpu": "GPU 0 (0000:18:00.0)", "verdict": "go", "blocking": []},
+        {
+            "rank": 1,
+            "local_rank": 1,
+            "node": "n1",
+            "gpu": "GPU 1 (0000:9a:00.0)",
+            "verdict": "no-go",
+            "blocking": ["x: y"],
+        },
+    ]
+    text = render_table(rows, "gloo", None, lambda s, **_: s)
+    lines = text.splitlines()
+    assert lines[0] == "NO-GO  rank 1 (n1): x: y"
+    assert "2 ranks on 1 node(s)" in text and text.rstrip().endswith("rank 1 on n1 (every rank exits 1)")
+
+
+def test_distributed_outside_torchrun_cannot_run(capsys, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    code, _, err = cli(capsys, "gate", "--root", HEALTHY, "--distributed")
+    assert code == 2 and "torchrun" in err
+    code, _, err = cli(capsys, "gate", "--root", HEALTHY, "--distributed", "--junit", "x.xml")
+    assert code == 2 and "single-node" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(root: str, *extra: str) -> list[subprocess.CompletedProcess]:
+    """Two ranks as torchrun would start them (env://), each with its own exit status."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ)
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gpudoctor", "gate", "--distributed", "--root", root, *extra],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+@needs_torch
+def test_one_rank_no_go_stops_every_rank(tmp_path):
+    # pcie-degraded: GPU 1 links at x8, so rank 1 (local rank 1 → GPU 1) is no-go, rank 0 is go
+    report = tmp_path / "dist.json"
+    rank0, rank1 = _launch(DEGRADED, "--json", str(report))
+    assert rank0.returncode == 1 and rank1.returncode == 1, rank0.stderr + rank1.stderr
+    lines = rank0.stdout.splitlines()
+    assert lines[0].startswith("NO-GO  rank 1 (gpu-node-01): pcie-width-degraded: GPU 1 (0000:9a:00.0)")
+    table = "\n".join(lines)
+    assert "2 ranks on 1 node(s) · backend gloo" in table
+    assert any(line.split()[:2] == ["0", "0"] and " go " in f"{line} " for line in lines)
+    assert "all-reduce: not measured" in table and "Verdict: NO-GO — rank 1 on gpu-node-01" in table
+    assert rank1.stdout == "" and "NO-GO  rank 1: pcie-width-degraded" in rank1.stderr
+    import json
+
+    import jsonschema
+
+    from gpudoctor.schemas import load_schema
+
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, load_schema("gate-report"))
+    assert data["verdict"] == "no-go" and [r["verdict"] for r in data["distributed"]["ranks"]] == ["go", "no-go"]
+
+
+@needs_torch
+def test_torchrun_entry_point_all_go():
+    port = str(_free_port())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            "-m",
+            "gpudoctor",
+            "gate",
+            "--distributed",
+            "--root",
+            HEALTHY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Verdict: GO — 2 ranks" in proc.stdout
+    assert "not measured (no NCCL" in proc.stdout

@@ -1,0 +1,105 @@
+"""`gpudoctor report merge`: one summary from many nodes' reports."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.preflight.policy import Policy
+from gpudoctor.preflight.verdict import judge
+from gpudoctor.render.gate_json import render
+from tests.conftest import SNAPSHOTS
+from tests.preflight.helpers import cli, facts, ruleset
+
+
+def gate_json(tmp_path: Path, fixture: str, hostname: str, epoch: float = 1_800_000_000.0, **policy) -> str:
+    data = copy.deepcopy(facts(fixture))
+    data["host"]["hostname"] = hostname
+    report = judge(data, ruleset(), Policy(**policy))
+    report.generated_epoch = epoch
+    path = tmp_path / f"{hostname}-{int(epoch)}.json"
+    path.write_text(render(report))
+    return str(path)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return [
+        gate_json(tmp_path, "healthy-2gpu", "node-a"),
+        gate_json(tmp_path, "pcie-degraded", "node-b"),
+        gate_json(tmp_path, "thermal-slowdown", "node-c"),
+        gate_json(tmp_path, "no-driver", "node-d"),
+    ]
+
+
+def test_merge_counts_nodes_checks_and_models(capsys, fleet):
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", *fleet)
+    assert code == 1
+    data = json.loads(out)
+    assert data["totals"] == {"nodes": 4, "go": 1, "no_go": 3}
+    assert data["no_go_nodes"] == ["node-b", "node-c", "node-d"]
+    checks = data["checks"]
+    assert checks["pcie-width-degraded"]["failed_nodes"] == ["node-b"]
+    assert checks["pcie-width-degraded"]["failed_subjects"] == 1
+    assert checks["pcie-width-degraded"]["unjudged_nodes"] == ["node-d"]
+    assert checks["hw-slowdown-active"]["failed_nodes"] == ["node-c"]
+    models = data["gpu_models"]
+    assert models["NVIDIA H100 80GB HBM3"] == {"nodes": 3, "gpus": 6, "no_go_nodes": 2, "failed_gpus": 2}
+    nodes = {n["node"]: n for n in data["nodes"]}
+    assert nodes["node-b"]["blocking"][0].startswith("pcie-width-degraded: GPU 1 (0000:9a:00.0)")
+
+
+def test_merge_text_summary(capsys, fleet):
+    code, out, _ = cli(capsys, "report", "merge", *fleet)
+    assert code == 1
+    assert out.startswith("gpudoctor fleet: 4 node(s) · 1 go · 3 no-go")
+    assert "No-go nodes" in out and "node-b" in out and "pcie-width-degraded" in out
+    assert "NVIDIA H100 80GB HBM3" in out
+
+
+def test_all_go_exits_0_and_directories_are_read(capsys, tmp_path):
+    gate_json(tmp_path, "healthy-2gpu", "node-a")
+    gate_json(tmp_path, "healthy-2gpu", "node-b")
+    code, out, _ = cli(capsys, "report", "merge", str(tmp_path))
+    assert code == 0 and "2 node(s) · 2 go · 0 no-go" in out
+
+
+def test_the_newest_report_of_a_node_counts(capsys, tmp_path):
+    old = gate_json(tmp_path, "pcie-degraded", "node-a", epoch=1_800_000_000)
+    new = gate_json(tmp_path, "healthy-2gpu", "node-a", epoch=1_800_000_600)
+    for order in ([old, new], [new, old]):
+        code, out, _ = cli(capsys, "report", "merge", "--format", "json", *order)
+        data = json.loads(out)
+        assert code == 0 and data["totals"]["nodes"] == 1 and data["totals"]["go"] == 1
+        assert data["replaced_reports"] == [{"node": "node-a", "source": old}]
+
+
+def test_check_reports_merge_too(capsys, tmp_path, fleet):
+    check = tmp_path / "h200-check.json"
+    code, out, _ = cli(capsys, "check", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--format", "json")
+    check.write_text(out)
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", str(check), *fleet)
+    data = json.loads(out)
+    nodes = {n["node"]: n for n in data["nodes"]}
+    assert nodes["gpu-host"]["kind"] == "check" and nodes["gpu-host"]["gpu_models"] == {"NVIDIA H200": 2}
+    assert data["gpu_models"]["NVIDIA H200"]["gpus"] == 2
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("not json", "invalid JSON"),
+        ('{"schema_version": 1}', "not a gpudoctor report"),
+        ('{"report_schema_version": 1, "kind": "gate"}', "not a valid gpudoctor gate report"),
+    ],
+)
+def test_bad_reports_exit_2_naming_the_file(capsys, tmp_path, fleet, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, _, err = cli(capsys, "report", "merge", *fleet, str(bad))
+    assert code == 2 and str(bad) in err and needle in err and "Traceback" not in err
+    code, _, err = cli(capsys, "report", "merge", str(tmp_path / "missing.json"))
+    assert code == 2 and "no such file" in err

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench import analysis, runner, worker
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.facts import Unavailable, load_snapshot, to_jsonable
 from gpudoctor.schemas import validate_facts
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, SNAPSHOTS
 
 H200 = str(SNAPSHOTS / "h200-x2.json")
@@ -225,7 +224,6 @@ def test_facts_and_root_together_are_refused(capsys):
 
 
 def test_fix_numa_prints_the_planners_plan(capsys):
-    pytest.importorskip("gpudoctor.advice.numa_render")
     code, out, err = cli(capsys, "fix", "--numa", "--facts", H200)
     assert code == 0, err
     assert "numactl --cpunodebind=0" in out
@@ -234,24 +232,8 @@ def test_fix_numa_prints_the_planners_plan(capsys):
 
 
 def test_fix_numa_bad_strategy_exits_2(capsys):
-    pytest.importorskip("gpudoctor.advice.numa_render")
     code, _, err = cli(capsys, "fix", "--numa", "--facts", H200, "--strategy", "bogus")
     assert code == 2 and "bogus" in err
-
-
-def test_fix_numa_without_the_planner_module_says_so(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gpudoctor.advice.numa_render", None)
-    code, out, err = cli(capsys, "fix", "--numa", "--facts", H200)
-    assert code == 2 and out == ""
-    assert "NUMA planner (gpudoctor.advice.numa_render) is not there yet" in err
-
-
-def test_fix_numa_with_a_planner_lacking_the_function_says_so(capsys, monkeypatch):
-    import types
-
-    monkeypatch.setitem(sys.modules, "gpudoctor.advice.numa_render", types.ModuleType("gpudoctor.advice.numa_render"))
-    code, _, err = cli(capsys, "fix", "--numa", "--facts", H200)
-    assert code == 2 and "render_numa_plan" in err
 
 
 def test_help_lists_the_modes(capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, REPO
 from tests.helpers.hosts import make_hosts
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import pytest
 
 import gpudoctor.schemas
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.schemas import validate_facts
 from tests.conftest import SNAPSHOTS
 from tests.hardening.roots import light_copy

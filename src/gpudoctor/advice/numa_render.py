@@ -212,7 +212,10 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
 def _standalone() -> Any:
     import click
 
-    from ..cli import EXIT_HELP, ProbeOptions, obtain_facts, root_options, write_output
+    from ..cli.load import obtain_facts
+    from ..cli.options import ProbeOptions, root_options
+    from ..cli.output import write_output
+    from ..cli.registry import EXIT_HELP
 
     @click.command(
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_HELP
@@ -244,7 +247,7 @@ def _standalone() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cli import run
+    from ..cli.root import run
 
     return run(argv, command=_standalone(), prog_name="python -m gpudoctor.advice.numa_render")
 

@@ -1,5 +1,8 @@
-"""CLI commands beyond check/probe/rules, one module each, loaded lazily by cli.LazyGroup.
+"""The CLI's commands, one module each (layer 6, with gpudoctor.cli), loaded lazily by the root
+group (gpudoctor.cli.root) from the registry (gpudoctor.cli.registry).
 
-Each module exposes `command` (a click.Command) and is registered in cli.LAZY_COMMANDS.
-Commands parse, call and render; the logic lives in advice/, gate.py, bench/ and so on.
+Each module exposes `command` (a click.Command whose help starts with its registry summary) and
+is listed in gpudoctor.cli.registry.COMMANDS. Commands parse, call and render; the logic lives
+in advice/, the gate, bench/ and so on. They may import gpudoctor.cli's options, load, output,
+errors and registry, and every layer below; never gpudoctor.cli.root, nor each other.
 """

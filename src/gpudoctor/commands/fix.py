@@ -17,17 +17,22 @@ from typing import Any
 
 import click
 
-from ..cli import (
+from ..cli.errors import UserError
+from ..cli.load import load_ruleset, obtain_facts
+from ..cli.options import (
     ProbeOptions,
-    coloured,
-    fail,
-    load_ruleset,
-    obtain_facts,
+    color_option,
+    facts_option,
+    format_option,
+    given,
+    membind_option,
+    output_option,
     root_options,
     rule_dir_options,
-    style_for,
-    write_output,
+    strategy_option,
 )
+from ..cli.output import coloured, style_for, write_output
+from ..cli.registry import help_text
 
 FIX_EXIT_HELP = """\b
 Exit status:
@@ -49,33 +54,26 @@ def _flag(name: str) -> str:
     }.get(name, "--" + name.replace("_", "-"))
 
 
-@click.command(
-    epilog=FIX_EXIT_HELP,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
+FIX_HELP = """\b
+gpudoctor fix                        every fix, grouped: as user, as root, reboot, hardware
+gpudoctor fix --torch                the torch wheel for this machine and the pip/uv command
+gpudoctor fix --torch --compute-capability 6.1 --driver-version 535.183.01
+gpudoctor fix --numa --strategy exclusive --format json
+gpudoctor never runs a fix."""
+
+
+@click.command("fix", help=help_text("fix", FIX_HELP), epilog=FIX_EXIT_HELP)
 @click.option(
     "--torch", "torch_mode", is_flag=True, help="Print the torch build for this machine and its install command."
 )
 @click.option("--numa", "numa_mode", is_flag=True, help="Print the NUMA binding (numactl line) for each GPU.")
-@click.option(
-    "--facts",
-    "facts_file",
-    type=click.Path(dir_okay=False),
-    help="Advise for this snapshot (from `gpudoctor probe`) instead of probing the machine.",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "shell"]),
+@facts_option()
+@format_option(
+    ("text", "json", "shell"),
     default=None,
     help="text (default; --numa: shell), json, or shell (a script of comments and commands to review).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write the output here (a file is replaced atomically; a device or FIFO written).",
-)
+@output_option("the output")
 @rule_dir_options
 @click.option("--driver-version", metavar="V", help="--torch: the NVIDIA driver version to advise for.")
 @click.option(
@@ -88,16 +86,14 @@ def _flag(name: str) -> str:
 @click.option("--no-gpu", is_flag=True, help="--torch: advise for a machine without GPUs.")
 @click.option("--torch-version", metavar="X.Y[.Z]", help="--torch: this torch release instead of the newest that fits.")
 @click.option("--python-version", metavar="X.Y", help="--torch: the Python the wheel is for.")
-@click.option(
-    "--strategy",
-    metavar="node|socket|exclusive|core-complex",
-    help="--numa: how CPUs are shared out (default node).",
-)
-@click.option("--membind", is_flag=True, help="--numa: bind memory strictly to the GPU's node (checked first).")
+@strategy_option("--numa")
+@membind_option("--numa")
 @click.option("--visible-devices", "visible", metavar="LIST", help="--numa: plan for this CUDA_VISIBLE_DEVICES value.")
-@click.option("--color/--no-color", default=None, help="Colour the text output (default: only on a terminal).")
+@color_option
 @root_options
+@click.pass_context
 def command(
+    ctx: click.Context,
     torch_mode: bool,
     numa_mode: bool,
     facts_file: str | None,
@@ -111,59 +107,50 @@ def command(
     no_gpu: bool,
     torch_version: str | None,
     python_version: str | None,
-    strategy: str | None,
+    strategy: str,
     membind: bool,
     visible: str | None,
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    """Print the fixes: for every failing check (default), the torch build (--torch) or the NUMA binding (--numa).
-
-    \b
-    gpudoctor fix                        every fix, grouped: as user, as root, reboot, hardware
-    gpudoctor fix --torch                the torch wheel for this machine and the pip/uv command
-    gpudoctor fix --torch --compute-capability 6.1 --driver-version 535.183.01
-    gpudoctor fix --numa --strategy exclusive --format json
-    gpudoctor never runs a fix.
-    """
-    given = {
+    asked = {
         "driver_version": driver_version,
         "compute_capability": compute_capability,
         "gpu_arch": gpu_arch,
         "no_gpu": no_gpu,
         "torch_version": torch_version,
         "python_version": python_version,
-        "strategy": strategy,
+        "strategy": given(ctx, "strategy"),
         "membind": membind,
         "visible": visible,
     }
     if torch_mode and numa_mode:
-        fail("--torch and --numa are separate advice; ask for one at a time")
+        raise UserError("--torch and --numa are separate advice; ask for one at a time")
     if not torch_mode:
-        used = [_flag(n) for n in TORCH_ONLY if given[n]]
+        used = [_flag(n) for n in TORCH_ONLY if asked[n]]
         if used:
-            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --torch")
+            raise UserError(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --torch")
     if not numa_mode:
-        used = [_flag(n) for n in NUMA_ONLY if given[n]]
+        used = [_flag(n) for n in NUMA_ONLY if asked[n]]
         if used:
-            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --numa")
+            raise UserError(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --numa")
     if (torch_mode or numa_mode) and (rule_dirs or no_builtin_rules):
-        fail("--rules and --no-builtin-rules apply to the fix list, not to --torch or --numa")
+        raise UserError("--rules and --no-builtin-rules apply to the fix list, not to --torch or --numa")
     if no_gpu and (compute_capability or gpu_arch):
-        fail("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
+        raise UserError("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
 
     if numa_mode:
-        # Resolve the renderer before probing so a missing module costs no probe time.
-        render = _numa_renderer()
+        from ..advice.numa_render import render_numa_plan
+
         facts, _origin = obtain_facts(facts_file, probe)
         if (fmt or "shell") != "json":
             # the planner's shell and text interpolate hostnames and device names as they are: a
             # name with a newline would add a command to a script meant to be run
             facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
-            text = render(facts, strategy or "node", fmt or "shell", membind, visible)
+            text = render_numa_plan(facts, strategy, fmt or "shell", membind, visible)
         except ValueError as exc:
-            fail(f"--numa: {exc}")
+            raise UserError(f"--numa: {exc}") from None
         write_output(text, output)
         return
 
@@ -191,28 +178,6 @@ def _printable(text: str) -> str:
     return printable(text)
 
 
-def _numa_renderer() -> Any:
-    """The colleague-owned renderer, imported only for --numa (its signature is in its docstring)."""
-    import importlib
-
-    name = "gpudoctor.advice.numa_render"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            fail(
-                "fix --numa is not available in this build: "
-                "the NUMA planner (gpudoctor.advice.numa_render) is not there yet"
-            )
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    except ImportError as exc:
-        fail(f"fix --numa cannot load the NUMA planner: {exc}")
-    render = getattr(module, "render_numa_plan", None)
-    if not callable(render):
-        fail("fix --numa: gpudoctor.advice.numa_render has no render_numa_plan(); the NUMA planner is incomplete")
-    return render
-
-
 def _torch(
     facts: Any,
     origin: str,
@@ -238,7 +203,7 @@ def _torch(
     try:
         rec = torch_build.recommend(facts, overrides)
     except torch_build.TorchAdviceError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     if fmt == "json":
         text = torch_build.render_json(rec)
     elif fmt == "shell":

@@ -7,7 +7,19 @@ from typing import Any
 
 import click
 
-from ..cli import FiniteFloat, ProbeOptions, coloured, fail, root_options, style_for, write_output
+from ..cli.errors import UserError
+from ..cli.options import (
+    FiniteFloat,
+    ProbeOptions,
+    color_option,
+    facts_option,
+    format_option,
+    given,
+    root_options,
+    rules_option,
+)
+from ..cli.output import coloured, style_for, write_output
+from ..cli.registry import help_text
 
 GATE_HELP = """\b
 What blocks (exit status 1, no-go):
@@ -39,13 +51,13 @@ Exit status:
      snapshot, missing root, an output file that cannot be written)"""
 
 
-def _parameter_given(ctx: click.Context, name: str) -> bool:
-    from click.core import ParameterSource
+GATE_EXAMPLES = """\b
+gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
+gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
+torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
 
-    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
-
-@click.command("gate", epilog=GATE_HELP, context_settings={"max_content_width": 100})
+@click.command("gate", help=help_text("gate", GATE_EXAMPLES), epilog=GATE_HELP)
 @click.option(
     "--policy", "policy_file", type=click.Path(dir_okay=False), help="Policy YAML (expectations, fail-on, ...)."
 )
@@ -95,16 +107,11 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
     metavar="SECONDS",
     help="The NFD labels expire this long after the run.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    show_default=True,
-    help="Report on stdout; with json or markdown the blocking lines go to stderr.",
+@format_option(
+    ("text", "json", "markdown"), help="Report on stdout; with json or markdown the blocking lines go to stderr."
 )
-@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Judge this snapshot instead.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR", help="Add rules from DIR.")
+@facts_option()
+@rules_option
 @click.option(
     "--distributed",
     is_flag=True,
@@ -118,7 +125,7 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
-@click.option("--color/--no-color", default=None, help="Colour the text report (default: only on a terminal).")
+@color_option
 @root_options
 @click.pass_context
 def command(
@@ -146,13 +153,6 @@ def command(
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    """Pre-training go/no-go gate: exit 0 go, 1 no-go, 2 could not run.
-
-    \b
-    gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
-    gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
-    torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100
-    """
     from ..gate import GateError, Policy, load_policy
 
     try:
@@ -166,11 +166,11 @@ def command(
             required=require or None,
             ignore=ignore or None,
             deep=deep,
-            deadline_s=probe.timeout if _parameter_given(ctx, "timeout") else None,
+            deadline_s=probe.timeout if given(ctx, "timeout") else None,
             min_busbw_gbps=min_busbw,
         )
     except GateError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     run_options: dict[str, Any] = {
         "facts_file": facts_file,
         "root": probe.root,
@@ -183,7 +183,7 @@ def command(
     }
     if distributed:
         if junit_path or prometheus_path or nfd_path or fmt != "text":
-            fail(
+            raise UserError(
                 "--distributed prints one table on rank 0 and writes --json there; "
                 "--junit, --prometheus, --nfd-features and --format are for single-node runs"
             )
@@ -192,7 +192,7 @@ def command(
         try:
             code = run_distributed(policy, run_options, json_path=json_path, style=style_for(sys.stdout, color))
         except GateError as exc:
-            fail(str(exc))
+            raise UserError(str(exc)) from None
         sys.exit(code)
 
     from ..gate import run as run_gate
@@ -200,7 +200,7 @@ def command(
     try:
         report = run_gate(policy, **run_options)
     except GateError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
 
     # Files first, so that what is printed last is the verdict; each through the one output writer
     # (gpudoctor.outputs.write_file: a regular file replaced atomically, a device or FIFO written).

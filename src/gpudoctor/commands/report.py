@@ -7,7 +7,10 @@ from typing import Any
 
 import click
 
-from ..cli import fail, write_output
+from ..cli.errors import UserError
+from ..cli.options import format_option, output_option
+from ..cli.output import write_output
+from ..cli.registry import help_text
 
 MERGE_HELP = """\b
 Reads gate reports (gpudoctor gate --json PATH) and check reports
@@ -22,20 +25,15 @@ Exit status:
   2  a file is missing or not a valid gpudoctor report"""
 
 
-@click.group("report")
+@click.group("report", help=help_text("report"))
 def command() -> None:
-    """Fleet reports: merge many JSON reports into one summary."""
+    pass
 
 
 @command.command("merge", epilog=MERGE_HELP)
 @click.argument("reports", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write the summary here (a file is replaced atomically; a device or FIFO written).",
-)
+@format_option()
+@output_option("the summary")
 def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     """Which nodes fail which checks, counts per check and per GPU model."""
     import json
@@ -50,14 +48,14 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
         if p.is_dir():
             found = sorted(str(x) for x in p.glob("*.json"))
             if not found:
-                fail(f"{item}: no *.json reports in this directory")
+                raise UserError(f"{item}: no *.json reports in this directory")
             paths += found
         else:
             paths.append(item)
     try:
         fleet = merge_reports(paths)
     except ReportError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:

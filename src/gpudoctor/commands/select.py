@@ -6,7 +6,10 @@ import sys
 
 import click
 
-from ..cli import FiniteFloat, ProbeOptions, load_ruleset, obtain_facts, root_options, write_output
+from ..cli.load import load_ruleset, obtain_facts
+from ..cli.options import FiniteFloat, ProbeOptions, facts_option, root_options
+from ..cli.output import write_output
+from ..cli.registry import help_text
 from ..render.safe import printable
 
 SELECT_HELP = """\b
@@ -31,7 +34,7 @@ Exit status:
   2  gpudoctor could not run"""
 
 
-@click.command("select", epilog=SELECT_HELP, context_settings={"max_content_width": 100})
+@click.command("select", help=help_text("select"), epilog=SELECT_HELP)
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, show_default=True, help="How many GPUs.")
 @click.option("--min-free-memory", type=FiniteFloat(min=0), default=0.0, metavar="GiB", help="Free memory each needs.")
 @click.option(
@@ -42,7 +45,7 @@ Exit status:
     help="A GPU with a failed check at or above this severity is left out.",
 )
 @click.option("--uuid", "uuids", is_flag=True, help="Print GPU UUIDs instead of indices.")
-@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Choose from this snapshot.")
+@facts_option()
 @click.option("-v", "--verbose", is_flag=True, help="Also say on stderr what was chosen and why others were not.")
 @root_options
 def command(
@@ -54,7 +57,6 @@ def command(
     verbose: bool,
     probe: ProbeOptions,
 ) -> None:
-    """Print CUDA_VISIBLE_DEVICES for the K best free, healthy GPUs."""
     from ..advice.gpu_select import GIB, plan
     from ..engine.runner import run_rules
     from ..findings import Severity

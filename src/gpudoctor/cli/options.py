@@ -104,6 +104,24 @@ def rule_dir_options(f: Any) -> Any:
     return rules_option(f)
 
 
+# --- judging ----------------------------------------------------------------------------------------
+
+
+def fail_on_option(
+    help: str, severities: Sequence[str] = ("error", "warning"), default: str | None = "error"
+) -> Decorator:
+    """--fail-on SEVERITY: the lowest severity of a failed check that counts; what it counts for
+    (the exit status, blocking the gate, leaving a GPU out) is the command's `help`."""
+    return click.option(
+        "--fail-on", type=click.Choice(list(severities)), default=default, show_default=default is not None, help=help
+    )
+
+
+def min_free_memory_option(help: str, default: float | None = None) -> Decorator:
+    """--min-free-memory GiB: free memory every (chosen) GPU must have."""
+    return click.option("--min-free-memory", type=FiniteFloat(min=0), default=default, metavar="GiB", help=help)
+
+
 # --- NUMA binding (fix --numa, run --numa) -------------------------------------------------------
 
 

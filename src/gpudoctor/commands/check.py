@@ -12,6 +12,7 @@ from ..cli.options import (
     ProbeOptions,
     color_option,
     facts_option,
+    fail_on_option,
     format_option,
     output_option,
     root_options,
@@ -28,13 +29,7 @@ from ..cli.registry import EXIT_HELP, help_text
 @rule_dir_options
 @click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
-@click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning", "info"]),
-    default="error",
-    show_default=True,
-    help="Lowest severity of a failed check that makes the exit status 1.",
-)
+@fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
 @click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
 @color_option
 @root_options

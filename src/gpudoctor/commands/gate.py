@@ -13,8 +13,10 @@ from ..cli.options import (
     ProbeOptions,
     color_option,
     facts_option,
+    fail_on_option,
     format_option,
     given,
+    min_free_memory_option,
     root_options,
     rules_option,
 )
@@ -63,12 +65,8 @@ torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
 )
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
 @click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
-@click.option("--min-free-memory", type=FiniteFloat(min=0), metavar="GiB", help="GiB that must be free on every GPU.")
-@click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning"]),
-    help="Lowest severity of a failed check that blocks [policy, else error].",
-)
+@min_free_memory_option("GiB that must be free on every GPU.")
+@fail_on_option("Lowest severity of a failed check that blocks [policy, else error].", default=None)
 @click.option(
     "--fail-closed/--fail-open",
     "fail_closed",

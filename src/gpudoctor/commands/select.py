@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..cli.load import load_ruleset, obtain_facts
-from ..cli.options import FiniteFloat, ProbeOptions, facts_option, root_options
+from ..cli.options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
 from ..cli.output import write_output
 from ..cli.registry import help_text
 from ..render.safe import printable
@@ -36,14 +36,8 @@ Exit status:
 
 @click.command("select", help=help_text("select"), epilog=SELECT_HELP)
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, show_default=True, help="How many GPUs.")
-@click.option("--min-free-memory", type=FiniteFloat(min=0), default=0.0, metavar="GiB", help="Free memory each needs.")
-@click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning"]),
-    default="error",
-    show_default=True,
-    help="A GPU with a failed check at or above this severity is left out.",
-)
+@min_free_memory_option("Free memory each needs.", default=0.0)
+@fail_on_option("A GPU with a failed check at or above this severity is left out.")
 @click.option("--uuid", "uuids", is_flag=True, help="Print GPU UUIDs instead of indices.")
 @facts_option()
 @click.option("-v", "--verbose", is_flag=True, help="Also say on stderr what was chosen and why others were not.")

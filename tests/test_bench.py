@@ -485,7 +485,7 @@ def test_bench_bad_options(args, words, capsys):
 
 
 def test_gpus_option_parsing():
-    from gpudoctor.commands.bench import _parse_gpus
+    from gpudoctor.cli.commands.bench import _parse_gpus
 
     assert _parse_gpus(None) is None and _parse_gpus("all") is None
     assert _parse_gpus("0,1") == [0, 1]

@@ -19,7 +19,7 @@ def test_a_user_error_is_one_escaped_line_and_exit_status_2(capsys, tmp_path):
 
 def test_click_itself_exits_2_on_a_user_error(capsys, tmp_path):
     # standalone, as click runs a command for an embedding program: the same line and status
-    from gpudoctor.commands.report import command
+    from gpudoctor.cli.commands.report import command
 
     with pytest.raises(SystemExit) as stopped:
         command.main(["merge", str(tmp_path)], prog_name="gpudoctor report", standalone_mode=True)

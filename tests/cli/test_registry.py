@@ -14,11 +14,11 @@ import pytest
 from gpudoctor.cli.registry import COMMANDS, probes_early
 from gpudoctor.cli.root import run
 
-COMMAND_DIR = Path(__file__).resolve().parents[2] / "src" / "gpudoctor" / "commands"
+COMMAND_DIR = Path(__file__).resolve().parents[2] / "src" / "gpudoctor" / "cli" / "commands"
 
 
 def _command(name: str) -> click.Command:
-    command = importlib.import_module(f"gpudoctor.commands.{COMMANDS[name].module}").command
+    command = importlib.import_module(f"gpudoctor.cli.commands.{COMMANDS[name].module}").command
     assert isinstance(command, click.Command)
     return command
 
@@ -49,7 +49,7 @@ def test_gpudoctor_help_imports_no_command_module():
         "import sys\n"
         "from gpudoctor.cli.root import run\n"
         "code = run(['--help'])\n"
-        "print(sorted(m for m in sys.modules if m.startswith('gpudoctor.commands.')), code)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('gpudoctor.cli.commands.')), code)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -61,7 +61,7 @@ def test_asking_the_registry_loads_neither_click_nor_a_probe():
         "import sys\n"
         "from gpudoctor.cli.registry import probes_early\n"
         "probes_early(['check'])\n"
-        "heavy = ('click', 'gpudoctor.probes', 'gpudoctor.commands')\n"
+        "heavy = ('click', 'gpudoctor.probes', 'gpudoctor.cli.commands')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -358,7 +358,7 @@ def test_root_tree_values_stay_comments(capsys, tmp_path, marker):
 
 
 # The renderers themselves, given the facts as a snapshot holds them: what `fix` does before
-# calling them (commands/fix.py may escape facts on the way too) must not be what keeps them safe.
+# calling them (cli/commands/fix.py may escape facts on the way too) must not be what keeps them safe.
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))

@@ -7,7 +7,7 @@
 - load: the facts (a snapshot or a probe) and the rules a command works on;
 - output: writing a command's output, colour;
 - errors: UserError, the one "you can fix this" error (exit status 2, one line);
-- the commands themselves are in gpudoctor.commands, one module each.
+- commands/: the commands themselves, one module each.
 
 May import every layer below (render, the gate, bench, advice, engine, probes, the base modules).
 Nothing below imports the CLI. This file imports nothing, so that the console script can ask the

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 class Entry:
-    """One command: `module` under gpudoctor.commands (exposing `command`), the one line
+    """One command: `module` under gpudoctor.cli.commands (exposing `command`), the one line
     `gpudoctor --help` shows, and whether it probes this machine with NVML unless told otherwise."""
 
     __slots__ = ("module", "summary", "probes")

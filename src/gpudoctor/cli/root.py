@@ -15,7 +15,7 @@ from .registry import COMMANDS, EXIT_HELP
 
 
 class LazyGroup(click.Group):
-    """The root group: a command's module (gpudoctor.commands.<module>, exposing `command`) is
+    """The root group: a command's module (gpudoctor.cli.commands.<module>, exposing `command`) is
     imported only when that command runs; `gpudoctor --help` lists the registry's summaries."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -27,7 +27,7 @@ class LazyGroup(click.Group):
             return None
         import importlib
 
-        module = importlib.import_module(f"gpudoctor.commands.{entry.module}")
+        module = importlib.import_module(f"gpudoctor.cli.commands.{entry.module}")
         command: click.Command = module.command
         return command
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..cli.load import obtain_facts
-from ..cli.options import ProbeOptions, facts_option, format_option, output_option, root_options
-from ..cli.output import write_output
-from ..cli.registry import help_text
+from ..load import obtain_facts
+from ..options import ProbeOptions, facts_option, format_option, output_option, root_options
+from ..output import write_output
+from ..registry import help_text
 
 EPILOG = """\b
 Exit status: 0 shown; 2 gpudoctor could not run (bad arguments, unreadable
@@ -30,7 +30,7 @@ def command(
     output: str | None,
     probe: ProbeOptions,
 ) -> None:
-    from ..render import topo
+    from ...render import topo
 
     facts, _origin = obtain_facts(facts_file, probe)
     write_output(topo.render_json(facts) if fmt == "json" else topo.render_text(facts), output)

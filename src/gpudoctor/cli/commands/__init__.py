@@ -1,5 +1,5 @@
-"""The CLI's commands, one module each (layer 6, with gpudoctor.cli), loaded lazily by the root
-group (gpudoctor.cli.root) from the registry (gpudoctor.cli.registry).
+"""The CLI's commands, one module each, loaded lazily by the root group (gpudoctor.cli.root)
+from the registry (gpudoctor.cli.registry).
 
 Each module exposes `command` (a click.Command whose help starts with its registry summary) and
 is listed in gpudoctor.cli.registry.COMMANDS. Commands parse, call and render; the logic lives

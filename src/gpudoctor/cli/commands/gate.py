@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.options import (
+from ..errors import UserError
+from ..options import (
     FiniteFloat,
     ProbeOptions,
     color_option,
@@ -20,8 +20,8 @@ from ..cli.options import (
     root_options,
     rules_option,
 )
-from ..cli.output import coloured, style_for, write_output
-from ..cli.registry import help_text
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 GATE_HELP = """\b
 What blocks (exit status 1, no-go):
@@ -151,7 +151,7 @@ def command(
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    from ..gate import GateError, Policy, load_policy
+    from ...gate import GateError, Policy, load_policy
 
     try:
         policy = load_policy(policy_file) if policy_file else Policy()
@@ -185,7 +185,7 @@ def command(
                 "--distributed prints one table on rank 0 and writes --json there; "
                 "--junit, --prometheus, --nfd-features and --format are for single-node runs"
             )
-        from ..distributed import run_distributed
+        from ...distributed import run_distributed
 
         try:
             code = run_distributed(policy, run_options, json_path=json_path, style=style_for(sys.stdout, color))
@@ -193,7 +193,7 @@ def command(
             raise UserError(str(exc)) from None
         sys.exit(code)
 
-    from ..gate import run as run_gate
+    from ...gate import run as run_gate
 
     try:
         report = run_gate(policy, **run_options)
@@ -207,29 +207,29 @@ def command(
     if json_path:
         outputs.append((json_path, lambda: _json(report), False))
     if junit_path:
-        from ..render.junit import render as render_junit
+        from ...render.junit import render as render_junit
 
         outputs.append((junit_path, lambda: render_junit(report), True))
     if prometheus_path:
-        from ..render.prometheus import render as render_prometheus
+        from ...render.prometheus import render as render_prometheus
 
         outputs.append((prometheus_path, lambda: render_prometheus(report), True))
     if nfd_path:
-        from ..render.nfd import render as render_nfd
+        from ...render.nfd import render as render_nfd
 
         outputs.append((nfd_path, lambda: render_nfd(report, nfd_ttl), True))
     for path, make, raw in outputs:
         write_output(make(), path, raw=raw)
 
     if fmt == "text":
-        from ..render.gate_text import render as render_text
+        from ...render.gate_text import render as render_text
 
         style = style_for(sys.stdout, color)
         write_output(render_text(report, style=style, verbose=verbose), None, colour=coloured(style))
     else:
         if not report.go:
-            from ..render.gate_text import blocking_text
-            from ..render.safe import terminal_safe
+            from ...render.gate_text import blocking_text
+            from ...render.safe import terminal_safe
 
             err_style = style_for(sys.stderr, color)
             for line in blocking_text(report, err_style):
@@ -237,7 +237,7 @@ def command(
         if fmt == "json":
             write_output(_json(report), None)
         else:
-            from ..render.markdown import render as render_markdown
+            from ...render.markdown import render as render_markdown
 
             write_output(render_markdown(report), None)
     sys.exit(report.exit_code)

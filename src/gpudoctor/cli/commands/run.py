@@ -43,11 +43,11 @@ from typing import Any, Mapping, Sequence
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.options import membind_option, nvml_timeout_option, strategy_option, tree_options
-from ..cli.output import write_output
-from ..cli.registry import help_text
-from ..render.safe import printable
+from ...render.safe import printable
+from ..errors import UserError
+from ..options import membind_option, nvml_timeout_option, strategy_option, tree_options
+from ..output import write_output
+from ..registry import help_text
 
 RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID")
 
@@ -124,8 +124,8 @@ def command(
         if path is not None and not os.path.isdir(path):
             raise UserError(f"{label} {path}: no such directory")
 
-    from ..advice.numa_plan import plan_numa
-    from ..advice.numa_topology import cpulist
+    from ...advice.numa_plan import plan_numa
+    from ...advice.numa_topology import cpulist
 
     facts = probe_for_run(root, sysfs_root, procfs_root, nvml_timeout, os.environ)
     plan = plan_numa(facts, strategy=strategy, membind=membind)
@@ -240,7 +240,7 @@ def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]
 
 
 def _index(name: str, value: str) -> int:
-    from ..inputs import parse_int, shown_excerpt
+    from ...inputs import parse_int, shown_excerpt
 
     text = value.strip()
     try:
@@ -262,12 +262,12 @@ def probe_for_run(
     environ: Mapping[str, str],
 ) -> dict[str, Any]:
     """The facts sections the plan reads, from the live machine (or a tree), cheaply."""
-    from ..context import make_context
-    from ..facts import Unavailable
-    from ..probes import numa as numa_probe
-    from ..probes import pci as pci_probe
-    from ..probes.files import list_dir, parse_cpulist, read_lines
-    from ..probes.host import gpu_env
+    from ...context import make_context
+    from ...facts import Unavailable
+    from ...probes import numa as numa_probe
+    from ...probes import pci as pci_probe
+    from ...probes.files import list_dir, parse_cpulist, read_lines
+    from ...probes.host import gpu_env
 
     ctx = make_context(root=root, sysfs_root=sysfs_root, procfs_root=procfs_root, timeout=nvml_timeout + 5.0,
                        nvml_timeout=nvml_timeout)
@@ -314,7 +314,7 @@ def probe_for_run(
         "nvml": {"status": "not_probed", "error": "not needed: sysfs placed every GPU"},
     }
     if _needs_nvml(facts, env):
-        from ..probes import nvml as nvml_probe
+        from ...probes import nvml as nvml_probe
 
         facts["nvml"] = nvml_probe.collect(ctx)
     return facts

@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.load import load_ruleset, obtain_facts
-from ..cli.options import (
+from ...render.safe import printable
+from ..errors import UserError
+from ..load import load_ruleset, obtain_facts
+from ..options import (
     MAX_TIMEOUT_S,
     FiniteFloat,
     ProbeOptions,
@@ -19,9 +20,8 @@ from ..cli.options import (
     output_option,
     root_options,
 )
-from ..cli.output import coloured, style_for, write_output
-from ..cli.registry import help_text
-from ..render.safe import printable
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 EPILOG = """\b
 What it measures, per GPU: matmul TFLOP/s in fp32, tf32, fp16, bf16 and fp8 (where the GPU
@@ -47,7 +47,7 @@ MAX_GPU_INDEX = 4095
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
-    from ..inputs import parse_int
+    from ...inputs import parse_int
 
     if text is None or text.strip().lower() in ("", "all"):
         return None
@@ -95,10 +95,10 @@ def command(
     device_type: str,
     probe: ProbeOptions,
 ) -> None:
-    from ..advice.gpu_specs import SpecTableError, load_specs
-    from ..bench import analysis, runner
-    from ..facts import SnapshotError, dumps, from_jsonable, to_jsonable
-    from ..render.bench import render_json, render_text
+    from ...advice.gpu_specs import SpecTableError, load_specs
+    from ...bench import analysis, runner
+    from ...facts import SnapshotError, dumps, from_jsonable, to_jsonable
+    from ...render.bench import render_json, render_text
 
     if probe.elsewhere:
         raise UserError(
@@ -155,7 +155,7 @@ def command(
             )
     merged = dict(facts)
     merged["bench"] = section
-    from ..schemas import validate_facts
+    from ...schemas import validate_facts
 
     problem = validate_facts(to_jsonable(merged))
     if problem:  # a bug in gpudoctor, not in the input: say so plainly rather than write a bad file
@@ -173,7 +173,7 @@ def command(
     else:
         style = style_for(sys.stdout, color)
         write_output(render_text(section, findings, style, snapshot_path=output), None, colour=coloured(style))
-    from ..findings import Severity, Status
+    from ...findings import Severity, Status
 
     if run.status != "ok":
         raise UserError(f"the bench is incomplete: {run.error}")  # after its results were written
@@ -183,8 +183,8 @@ def command(
 
 def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
     """Results go into a snapshot only when its GPUs are the ones that were measured."""
-    from ..advice.gpu_specs import machine_gpus
-    from ..engine.subjects import normalise_bus_id
+    from ...advice.gpu_specs import machine_gpus
+    from ...engine.subjects import normalise_bus_id
 
     known = {normalise_bus_id(g.bus_id) for g in machine_gpus(facts) if g.bus_id}
     measured = [g.get("bus_id") for g in section.get("gpus", []) if isinstance(g.get("bus_id"), str)]
@@ -197,7 +197,7 @@ def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
 
 
 def _judge(facts: dict) -> list:
-    from ..engine.runner import run_rules
+    from ...engine.runner import run_rules
 
     ruleset = load_ruleset(())
     rules = [r for r in ruleset.rules if "bench" in r.tags]

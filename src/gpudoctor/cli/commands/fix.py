@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.load import load_ruleset, obtain_facts
-from ..cli.options import (
+from ..errors import UserError
+from ..load import load_ruleset, obtain_facts
+from ..options import (
     ProbeOptions,
     color_option,
     facts_option,
@@ -31,8 +31,8 @@ from ..cli.options import (
     rule_dir_options,
     strategy_option,
 )
-from ..cli.output import coloured, style_for, write_output
-from ..cli.registry import help_text
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 FIX_EXIT_HELP = """\b
 Exit status:
@@ -140,7 +140,7 @@ def command(
         raise UserError("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
 
     if numa_mode:
-        from ..advice.numa_render import render_numa_plan
+        from ...advice.numa_render import render_numa_plan
 
         facts, _origin = obtain_facts(facts_file, probe)
         if (fmt or "shell") != "json":
@@ -167,13 +167,13 @@ def command(
 
 
 def _printable_facts(facts: Any) -> Any:
-    from ..render.safe import printable_tree
+    from ...render.safe import printable_tree
 
     return printable_tree(facts)
 
 
 def _printable(text: str) -> str:
-    from ..render.safe import printable
+    from ...render.safe import printable
 
     return printable(text)
 
@@ -190,7 +190,7 @@ def _torch(
     torch_version: str | None,
     python_version: str | None,
 ) -> int:
-    from ..advice import torch_build
+    from ...advice import torch_build
 
     overrides = torch_build.Overrides(
         driver_version=driver_version,
@@ -223,9 +223,9 @@ def _fix_list(
     no_builtin_rules: bool,
     color: bool | None,
 ) -> None:
-    from ..advice import fix_list
-    from ..engine.runner import run_rules
-    from ..render.text import header
+    from ...advice import fix_list
+    from ...engine.runner import run_rules
+    from ...render.text import header
 
     ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
     findings = run_rules(ruleset, facts)

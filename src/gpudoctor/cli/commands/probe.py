@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..cli.load import start_collect
-from ..cli.options import ProbeOptions, output_option, root_options
-from ..cli.output import write_output
-from ..cli.registry import help_text
+from ..load import start_collect
+from ..options import ProbeOptions, output_option, root_options
+from ..output import write_output
+from ..registry import help_text
 
 
 @click.command("probe", help=help_text("probe"), epilog="Exit status: 0 snapshot written; 2 gpudoctor could not run.")
@@ -19,11 +19,11 @@ def command(
     scrub: bool,
     probe: ProbeOptions,
 ) -> None:
-    from ..facts import dumps
+    from ...facts import dumps
 
     facts = start_collect(probe).finish()
     if scrub:
-        from ..facts import scrub as scrub_facts
+        from ...facts import scrub as scrub_facts
 
         facts = scrub_facts(facts)
     write_output(dumps(facts), output)

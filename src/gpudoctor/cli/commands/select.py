@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from ..cli.load import load_ruleset, obtain_facts
-from ..cli.options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
-from ..cli.output import write_output
-from ..cli.registry import help_text
-from ..render.safe import printable
+from ...render.safe import printable
+from ..load import load_ruleset, obtain_facts
+from ..options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
+from ..output import write_output
+from ..registry import help_text
 
 SELECT_HELP = """\b
 Usage in a job script:
@@ -51,9 +51,9 @@ def command(
     verbose: bool,
     probe: ProbeOptions,
 ) -> None:
-    from ..advice.gpu_select import GIB, plan
-    from ..engine.runner import run_rules
-    from ..findings import Severity
+    from ...advice.gpu_select import GIB, plan
+    from ...engine.runner import run_rules
+    from ...findings import Severity
 
     facts, _origin = obtain_facts(facts_file, probe)
     ruleset = load_ruleset(())

@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.load import obtain_facts
-from ..cli.options import ProbeOptions, color_option, facts_option, format_option, output_option, root_options
-from ..cli.output import coloured, style_for, write_output
-from ..cli.registry import help_text
+from ..errors import UserError
+from ..load import obtain_facts
+from ..options import ProbeOptions, color_option, facts_option, format_option, output_option, root_options
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 EPILOG = """\b
 Workloads (--workload MODE-SIZE[-PRECISION], or --mode/--params/--precision):
@@ -76,10 +76,10 @@ def command(
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    from ..advice.gpu_specs import SpecTableError, load_specs, machine_gpus
-    from ..advice.tiers import tier_list
-    from ..advice.workload import WorkloadError, estimate, make_workload, parse_workload
-    from ..render.tiers import render_json, render_text
+    from ...advice.gpu_specs import SpecTableError, load_specs, machine_gpus
+    from ...advice.tiers import tier_list
+    from ...advice.workload import WorkloadError, estimate, make_workload, parse_workload
+    from ...render.tiers import render_json, render_text
 
     if plot and not plot.lower().endswith((".svg", ".png")):
         raise UserError(f"--plot {plot}: give a .svg or .png file name")
@@ -124,8 +124,8 @@ def command(
         vendors=tuple(v.lower() for v in vendors),
     )
     if plot:
-        from ..outputs import OutputError
-        from ..render.tiers_plot import PlotError, write_plot
+        from ...outputs import OutputError
+        from ...render.tiers_plot import PlotError, write_plot
 
         try:
             write_plot(tl, plot)  # through gpudoctor.outputs.write_file, as every output

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.load import load_facts_file, load_ruleset, refuse_probe_options_with_facts, start_collect
-from ..cli.options import (
+from ..errors import UserError
+from ..load import load_facts_file, load_ruleset, refuse_probe_options_with_facts, start_collect
+from ..options import (
     ProbeOptions,
     color_option,
     facts_option,
@@ -18,8 +18,8 @@ from ..cli.options import (
     root_options,
     rule_dir_options,
 )
-from ..cli.output import coloured, style_for, write_output
-from ..cli.registry import EXIT_HELP, help_text
+from ..output import coloured, style_for, write_output
+from ..registry import EXIT_HELP, help_text
 
 
 @click.command("check", help=help_text("check"), epilog=EXIT_HELP)
@@ -57,8 +57,8 @@ def command(
     if not facts_file:
         collection = start_collect(probe)
     try:
-        from ..engine.runner import judging_deadline, run_rules, select, unknown_selectors
-        from ..findings import Report, Severity
+        from ...engine.runner import judging_deadline, run_rules, select, unknown_selectors
+        from ...findings import Report, Severity
 
         ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
         unknown = unknown_selectors(ruleset, list(only) + list(skip))
@@ -85,11 +85,11 @@ def command(
     )
     style = None
     if fmt == "json":
-        from ..render.json_report import render as render_json
+        from ...render.json_report import render as render_json
 
         text = render_json(report, facts, include_skipped=verbose)
     else:
-        from ..render.text import render as render_text
+        from ...render.text import render as render_text
 
         stream = sys.stdout
         style = style_for(stream, color if not output else False)

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.options import format_option, output_option
-from ..cli.output import write_output
-from ..cli.registry import help_text
+from ..errors import UserError
+from ..options import format_option, output_option
+from ..output import write_output
+from ..registry import help_text
 
 MERGE_HELP = """\b
 Reads gate reports (gpudoctor gate --json PATH) and check reports
@@ -39,8 +39,8 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     import json
     from pathlib import Path
 
-    from ..fleet import ReportError, render_text
-    from ..fleet import merge as merge_reports
+    from ...fleet import ReportError, render_text
+    from ...fleet import merge as merge_reports
 
     paths: list[str] = []
     for item in reports:
@@ -70,7 +70,7 @@ def _printable(fleet: Any) -> Any:
     with a newline or an escape sequence would otherwise forge a line or drive the terminal."""
     from dataclasses import fields, replace
 
-    from ..render.safe import printable_tree
+    from ...render.safe import printable_tree
 
     def clean(item: Any) -> Any:
         return replace(item, **{f.name: printable_tree(getattr(item, f.name)) for f in fields(item)})

@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from ..cli.errors import UserError
-from ..cli.load import load_ruleset
-from ..cli.options import format_option, rules_option
-from ..cli.output import say, write_output
-from ..cli.registry import help_text
+from ..errors import UserError
+from ..load import load_ruleset
+from ..options import format_option, rules_option
+from ..output import say, write_output
+from ..registry import help_text
 
 
 @click.group("rules", help=help_text("rules"))
@@ -23,7 +23,7 @@ def command() -> None:
 @rules_option
 def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
     """Every rule with its area, severity and subject."""
-    from ..render.rules import list_json, list_text
+    from ...render.rules import list_json, list_text
 
     ruleset = load_ruleset(rule_dirs)
     write_output(list_json(ruleset) if fmt == "json" else list_text(ruleset), None)
@@ -34,7 +34,7 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
 @rules_option
 def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
     """Explain one rule: why it matters, what it reads, how to fix it."""
-    from ..render.rules import show_text
+    from ...render.rules import show_text
 
     ruleset = load_ruleset(rule_dirs)
     rule = ruleset.by_id(rule_id)
@@ -50,13 +50,13 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 def rules_validate(paths: tuple[str, ...]) -> None:
     """Check rule files or directories; exit 2 naming file and line on the first problem in each."""
-    from ..engine.loader import RuleLoadError, validate_paths
+    from ...engine.loader import RuleLoadError, validate_paths
 
     try:
         count, errors = validate_paths(paths)
     except RuleLoadError as exc:
         raise UserError(str(exc)) from None
-    from ..render.safe import printable
+    from ...render.safe import printable
 
     # one line per file with a problem, so not a UserError (which is one line in all)
     for e in errors:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench import analysis, runner, worker
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.facts import Unavailable, load_snapshot, to_jsonable
 from gpudoctor.schemas import validate_facts
 
@@ -485,7 +485,7 @@ def test_bench_bad_options(args, words, capsys):
 
 
 def test_gpus_option_parsing():
-    from gpudoctor.commands.bench import _parse_gpus
+    from gpudoctor.cli.commands.bench import _parse_gpus
 
     assert _parse_gpus(None) is None and _parse_gpus("all") is None
     assert _parse_gpus("0,1") == [0, 1]

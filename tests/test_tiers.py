@@ -20,7 +20,7 @@ from gpudoctor.advice.workload import (
     parse_params,
     parse_workload,
 )
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 
 SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json")
 TABLE = load_specs()

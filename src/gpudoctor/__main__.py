@@ -1,8 +1,9 @@
 """`gpudoctor` and `python -m gpudoctor`: the console entry point.
 
 NVML's probe (a child process, about 90 ms of import, init and first calls on a 2 x H200 host)
-is started before click is even imported, when the command line asks for a live probe, so its
-start-up overlaps the parsing; see gpudoctor.probes.nvml.prestart.
+is started before click is even imported, when the command registry says the command line will
+probe this machine (gpudoctor.cli.registry.probes_early), so its start-up overlaps the parsing;
+see gpudoctor.probes.nvml.prestart.
 
 The first step installs the stop-signal handlers (gpudoctor.children): from then on SIGINT,
 SIGTERM and SIGHUP kill every child gpudoctor started and end it with status 128 + the signal,
@@ -20,10 +21,13 @@ def main() -> None:
         from . import children
 
         children.install_handlers()
-        from .probes import nvml
+        from .cli.registry import probes_early
 
-        nvml.prestart(sys.argv[1:])
-        from .cli import entry
+        if probes_early(sys.argv[1:]):
+            from .probes import nvml
+
+            nvml.prestart(sys.argv[1:])
+        from .cli.root import entry
     except BaseException as exc:
         loaded = sys.modules.get(f"{__package__}.children")
         stop = loaded.stop_in(exc) if loaded is not None else exc if isinstance(exc, KeyboardInterrupt) else None

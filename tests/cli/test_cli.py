@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.schemas import load_schema
 from tests.conftest import HOSTS
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, SNAPSHOTS
 
 H200 = str(SNAPSHOTS / "h200-x2.json")

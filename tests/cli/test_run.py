@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, REPO
 from tests.helpers.hosts import make_hosts
 
@@ -214,7 +214,7 @@ class Exec(Exception):
 
 
 def test_memory_option_is_dropped_when_the_kernel_refuses_memory_policies(capsys, rank_env, tmp_path):
-    from gpudoctor.commands import run as run_module
+    from gpudoctor.cli.commands import run as run_module
 
     calls: list = []
 

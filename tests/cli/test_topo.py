@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, REPO
 
 

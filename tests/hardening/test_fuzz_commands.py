@@ -1,6 +1,6 @@
 """Every command against hostile input: random mutations of the real 2 x H200 snapshot, of real
 rule files, of a gate policy, of check and gate reports and of a fixture root tree, each run
-through the command line as a user would (in process, through gpudoctor.cli.run).
+through the command line as a user would (in process, through gpudoctor.cli.root.run).
 
 What must hold for every input, whatever it is: the exit status is 0, 1 or 2; nothing escapes
 as an exception (a traceback); stdout and stderr stay bounded; the run ends within a bound (an
@@ -27,7 +27,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, REPO, SNAPSHOTS
 from tests.hardening.fuzzing import fuzz, paths
 from tests.hardening.roots import light_copy

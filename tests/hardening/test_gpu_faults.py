@@ -174,7 +174,7 @@ import os, sys, time
 sys.path.insert(0, os.environ["GPUDOCTOR_SRC"])
 sys.path.insert(0, os.environ["GPUDOCTOR_TESTS"])
 import pytest
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from test_gpu_faults import inject
 monkeypatch = pytest.MonkeyPatch()
 inject(monkeypatch, "nvmlDeviceGetPowerUsage", int(sys.argv[1]), "hang")

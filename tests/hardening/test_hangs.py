@@ -70,7 +70,7 @@ if mode == "stuck-children":
     signal.alarm = lambda seconds: 0  # nor does the NVML child's own alarm end it
 
 sys.path.insert(0, os.environ["GPUDOCTOR_SRC"])
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 code = run(argv)
 import psutil
 alive = []

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, SNAPSHOTS
 
 REAL = SNAPSHOTS / "h200-x2.json"

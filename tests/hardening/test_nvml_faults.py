@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.facts import Unavailable

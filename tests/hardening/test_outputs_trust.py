@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.outputs import OutputError, write_file
 from gpudoctor.render.safe import printable, terminal_safe
 from tests.conftest import HOSTS, REPO, SNAPSHOTS

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import pytest
 
 from gpudoctor import context
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.context import ProbeContext, make_context
 from gpudoctor.facts import REASONS, Unavailable, walk
 from gpudoctor.probes import collect_all, host, modules, pci, rocm

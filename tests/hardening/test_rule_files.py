@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.engine.loader import RuleLoadError, load_rules
 from tests.conftest import HOSTS, SNAPSHOTS
 

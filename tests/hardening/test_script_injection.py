@@ -32,7 +32,7 @@ from typing import Any, Callable
 import pytest
 
 import gpudoctor.schemas
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.schemas import validate_facts
 from tests.conftest import SNAPSHOTS
 from tests.hardening.roots import light_copy
@@ -358,7 +358,7 @@ def test_root_tree_values_stay_comments(capsys, tmp_path, marker):
 
 
 # The renderers themselves, given the facts as a snapshot holds them: what `fix` does before
-# calling them (commands/fix.py may escape facts on the way too) must not be what keeps them safe.
+# calling them (cli/commands/fix.py may escape facts on the way too) must not be what keeps them safe.
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))

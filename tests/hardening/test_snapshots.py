@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.facts import SCHEMA_VERSION
 from tests.conftest import SNAPSHOTS
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from gpudoctor.context import make_context
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.cli import run
+from gpudoctor.cli.root import run
 from tests.conftest import HOSTS, probed
 
 HEALTHY = str(HOSTS / "healthy-2gpu")

@@ -1,6 +1,6 @@
 """The machine's CPU, NUMA, GPU and RDMA NIC layout, read from the facts (no system access).
 
-Shared by the NUMA binding planner (numa_plan) and the topology view (commands/topo). Every
+Shared by the NUMA binding planner (numa_plan) and the topology view (cli/commands/topo). Every
 value here comes from a facts snapshot, so a saved snapshot or a fixture root describes that
 machine, not the one running gpudoctor.
 

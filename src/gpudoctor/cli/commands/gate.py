@@ -7,7 +7,21 @@ from typing import Any
 
 import click
 
-from ..cli import FiniteFloat, ProbeOptions, coloured, fail, root_options, style_for, write_output
+from ..errors import UserError
+from ..options import (
+    FiniteFloat,
+    ProbeOptions,
+    color_option,
+    facts_option,
+    fail_on_option,
+    format_option,
+    given,
+    min_free_memory_option,
+    root_options,
+    rules_option,
+)
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 GATE_HELP = """\b
 What blocks (exit status 1, no-go):
@@ -39,24 +53,20 @@ Exit status:
      snapshot, missing root, an output file that cannot be written)"""
 
 
-def _parameter_given(ctx: click.Context, name: str) -> bool:
-    from click.core import ParameterSource
+GATE_EXAMPLES = """\b
+gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
+gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
+torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
 
-    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
-
-@click.command("gate", epilog=GATE_HELP, context_settings={"max_content_width": 100})
+@click.command("gate", help=help_text("gate", GATE_EXAMPLES), epilog=GATE_HELP)
 @click.option(
     "--policy", "policy_file", type=click.Path(dir_okay=False), help="Policy YAML (expectations, fail-on, ...)."
 )
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
 @click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
-@click.option("--min-free-memory", type=FiniteFloat(min=0), metavar="GiB", help="GiB that must be free on every GPU.")
-@click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning"]),
-    help="Lowest severity of a failed check that blocks [policy, else error].",
-)
+@min_free_memory_option("GiB that must be free on every GPU.")
+@fail_on_option("Lowest severity of a failed check that blocks [policy, else error].", default=None)
 @click.option(
     "--fail-closed/--fail-open",
     "fail_closed",
@@ -95,16 +105,11 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
     metavar="SECONDS",
     help="The NFD labels expire this long after the run.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    show_default=True,
-    help="Report on stdout; with json or markdown the blocking lines go to stderr.",
+@format_option(
+    ("text", "json", "markdown"), help="Report on stdout; with json or markdown the blocking lines go to stderr."
 )
-@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Judge this snapshot instead.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), metavar="DIR", help="Add rules from DIR.")
+@facts_option()
+@rules_option
 @click.option(
     "--distributed",
     is_flag=True,
@@ -118,7 +123,7 @@ def _parameter_given(ctx: click.Context, name: str) -> bool:
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
-@click.option("--color/--no-color", default=None, help="Colour the text report (default: only on a terminal).")
+@color_option
 @root_options
 @click.pass_context
 def command(
@@ -146,15 +151,8 @@ def command(
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    """Pre-training go/no-go gate: exit 0 go, 1 no-go, 2 could not run.
-
-    \b
-    gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
-    gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
-    torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100
-    """
-    from ..preflight.errors import GateError
-    from ..preflight.policy import Policy, load_policy
+    from ...preflight.errors import GateError
+    from ...preflight.policy import Policy, load_policy
 
     try:
         policy = load_policy(policy_file) if policy_file else Policy()
@@ -167,11 +165,11 @@ def command(
             required=require or None,
             ignore=ignore or None,
             deep=deep,
-            deadline_s=probe.timeout if _parameter_given(ctx, "timeout") else None,
+            deadline_s=probe.timeout if given(ctx, "timeout") else None,
             min_busbw_gbps=min_busbw,
         )
     except GateError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     run_options: dict[str, Any] = {
         "facts_file": facts_file,
         "root": probe.root,
@@ -184,18 +182,18 @@ def command(
     }
     if distributed:
         if junit_path or prometheus_path or nfd_path or fmt != "text":
-            fail(
+            raise UserError(
                 "--distributed prints one table on rank 0 and writes --json there; "
                 "--junit, --prometheus, --nfd-features and --format are for single-node runs"
             )
-        from ..preflight.distributed import run_distributed
-        from ..render.gate_distributed import distributed_json, stderr_lines, stdout_text
-        from ..render.safe import terminal_safe
+        from ...preflight.distributed import run_distributed
+        from ...render.gate_distributed import distributed_json, stderr_lines, stdout_text
+        from ...render.safe import terminal_safe
 
         try:
             outcome = run_distributed(policy, run_options)
         except GateError as exc:
-            fail(str(exc))
+            raise UserError(str(exc)) from None
         for line in stderr_lines(outcome):
             click.echo(terminal_safe(line), err=True)
         style = style_for(sys.stdout, color)
@@ -204,12 +202,12 @@ def command(
             write_output(distributed_json(outcome), json_path)
         sys.exit(outcome.exit_code)
 
-    from ..preflight.api import run as run_gate
+    from ...preflight.api import run as run_gate
 
     try:
         report = run_gate(policy, **run_options)
     except GateError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
 
     # Files first, so that what is printed last is the verdict; each through the one output writer
     # (gpudoctor.outputs.write_file: a regular file replaced atomically, a device or FIFO written).
@@ -218,29 +216,29 @@ def command(
     if json_path:
         outputs.append((json_path, lambda: _json(report), False))
     if junit_path:
-        from ..render.junit import render as render_junit
+        from ...render.junit import render as render_junit
 
         outputs.append((junit_path, lambda: render_junit(report), True))
     if prometheus_path:
-        from ..render.prometheus import render as render_prometheus
+        from ...render.prometheus import render as render_prometheus
 
         outputs.append((prometheus_path, lambda: render_prometheus(report), True))
     if nfd_path:
-        from ..render.nfd import render as render_nfd
+        from ...render.nfd import render as render_nfd
 
         outputs.append((nfd_path, lambda: render_nfd(report, nfd_ttl), True))
     for path, make, raw in outputs:
         write_output(make(), path, raw=raw)
 
     if fmt == "text":
-        from ..render.gate_text import render as render_text
+        from ...render.gate_text import render as render_text
 
         style = style_for(sys.stdout, color)
         write_output(render_text(report, style=style, verbose=verbose), None, colour=coloured(style))
     else:
         if not report.go:
-            from ..render.gate_text import blocking_text
-            from ..render.safe import terminal_safe
+            from ...render.gate_text import blocking_text
+            from ...render.safe import terminal_safe
 
             err_style = style_for(sys.stderr, color)
             for line in blocking_text(report, err_style):
@@ -248,13 +246,13 @@ def command(
         if fmt == "json":
             write_output(_json(report), None)
         else:
-            from ..render.markdown import render as render_markdown
+            from ...render.markdown import render as render_markdown
 
             write_output(render_markdown(report), None)
     sys.exit(report.exit_code)
 
 
 def _json(report: Any) -> str:
-    from ..render.gate_json import render
+    from ...render.gate_json import render
 
     return render(report)

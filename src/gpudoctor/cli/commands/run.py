@@ -43,8 +43,11 @@ from typing import Any, Mapping, Sequence
 
 import click
 
-from ..cli import MAX_TIMEOUT_S, FiniteFloat, fail, write_output
-from ..render.safe import printable
+from ...render.safe import printable
+from ..errors import UserError
+from ..options import membind_option, nvml_timeout_option, strategy_option, tree_options
+from ..output import write_output
+from ..registry import help_text
 
 RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID")
 
@@ -60,23 +63,29 @@ Exit status: the command's own once it runs; 2 when gpudoctor cannot bind or sta
 (no command, no such GPU, the GPU's CPUs all disallowed, its NUMA node unknown)."""
 
 
+RUN_HELP = "CMD is exec'd as an argument list, never through a shell."
+
+
+def _tree_options(f: Any) -> Any:
+    for option in reversed(
+        tree_options(
+            "Read the topology and allowed sets from this tree instead of / (tests, a mounted host /sys); "
+            "the binding still applies to this process."
+        )
+    ):
+        f = option(f)
+    return f
+
+
 @click.command(
     "run",
-    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+    help=help_text("run", RUN_HELP),
+    context_settings={"allow_interspersed_args": False},
     epilog=HELP_EPILOG,
 )
 @click.option("--numa", is_flag=True, help="Bind to the GPU's NUMA node (CPUs and memory) before running CMD.")
-@click.option(
-    "--strategy",
-    type=click.Choice(("node", "socket", "exclusive", "core-complex")),
-    default="node",
-    show_default=True,
-    help="Which CPUs: the GPU's node, its socket, an exclusive share of the node's cores, or one "
-    "last-level-cache group.",
-)
-@click.option(
-    "--membind", is_flag=True, help="Allocate memory only on the GPU's node (strict) instead of preferring it."
-)
+@strategy_option()
+@membind_option()
 @click.option(
     "--gpu", "gpu", metavar="N", help="The GPU, as the job counts them (cuda:N). Default: LOCAL_RANK, SLURM_LOCALID, 0."
 )
@@ -88,21 +97,8 @@ Exit status: the command's own once it runs; 2 when gpudoctor cannot bind or sta
 )
 @click.option("--dry-run", is_flag=True, help="Print the binding and the command that would run, and exit.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the binding on stderr.")
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False),
-    help="Read the topology and allowed sets from this tree instead of / (tests, a mounted host /sys); "
-    "the binding still applies to this process.",
-)
-@click.option("--sysfs-root", type=click.Path(file_okay=False), help="Where /sys is (default ROOT/sys).")
-@click.option("--procfs-root", type=click.Path(file_okay=False), help="Where /proc is (default ROOT/proc).")
-@click.option(
-    "--nvml-timeout",
-    type=FiniteFloat(min=0.1, max=MAX_TIMEOUT_S),
-    default=5.0,
-    show_default=True,
-    help="Seconds NVML may take, when it is needed at all.",
-)
+@_tree_options
+@nvml_timeout_option("Seconds NVML may take, when it is needed at all.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD [ARGS]...")
 def command(
     numa: bool,
@@ -119,24 +115,23 @@ def command(
     nvml_timeout: float,
     cmd: tuple[str, ...],
 ) -> None:
-    """Bind to the GPU's NUMA node and replace this process with CMD (argv, no shell)."""
     if not numa:
-        fail("nothing to bind: use gpudoctor run --numa -- CMD [ARGS...]")
+        raise UserError("nothing to bind: use gpudoctor run --numa -- CMD [ARGS...]")
     if not cmd:
-        fail("no command given: gpudoctor run --numa -- CMD [ARGS...]")
+        raise UserError("no command given: gpudoctor run --numa -- CMD [ARGS...]")
     executable = _resolve(cmd[0])
     for label, path in (("--root", root), ("--sysfs-root", sysfs_root), ("--procfs-root", procfs_root)):
         if path is not None and not os.path.isdir(path):
-            fail(f"{label} {path}: no such directory")
+            raise UserError(f"{label} {path}: no such directory")
 
-    from ..advice.numa_plan import plan_numa
-    from ..advice.numa_topology import cpulist
+    from ...advice.numa_plan import plan_numa
+    from ...advice.numa_topology import cpulist
 
     facts = probe_for_run(root, sysfs_root, procfs_root, nvml_timeout, os.environ)
     plan = plan_numa(facts, strategy=strategy, membind=membind)
     binding, how = _pick(plan, gpu, os.environ)
     if not binding.bindable:
-        fail(binding.warnings[0] if binding.warnings else f"no binding for {binding.label}")
+        raise UserError(binding.warnings[0] if binding.warnings else f"no binding for {binding.label}")
 
     if not quiet:
         for warning in [*plan.warnings, *binding.warnings]:
@@ -178,7 +173,8 @@ def command(
     try:
         os.sched_setaffinity(0, binding.cpus)
     except OSError as exc:
-        fail(f"cannot bind to CPUs {cpulist(binding.cpus)}: sched_setaffinity: {exc.strerror or exc}")
+        why = exc.strerror or exc
+        raise UserError(f"cannot bind to CPUs {cpulist(binding.cpus)}: sched_setaffinity: {why}") from None
     problem = blocked
     if binding.mem_policy and binding.node is not None and not blocked:
         problem = set_mempolicy(MPOL_BIND if binding.mem_policy == "membind" else MPOL_PREFERRED, binding.node)
@@ -202,10 +198,10 @@ def _resolve(name: str) -> str:
     if os.sep in name:
         if os.path.isfile(name) and os.access(name, os.X_OK):
             return name
-        fail(f"{name}: not an executable file")
+        raise UserError(f"{name}: not an executable file")
     found = shutil.which(name)
     if found is None:
-        fail(f"{name}: command not found on PATH")
+        raise UserError(f"{name}: command not found on PATH")
     return found
 
 
@@ -215,7 +211,7 @@ def _exec(path: str, argv: Sequence[str], env: Mapping[str, str]) -> None:
     try:
         os.execve(path, list(argv), dict(env))
     except OSError as exc:
-        fail(f"cannot run {path}: {exc.strerror or exc}")
+        raise UserError(f"cannot run {path}: {exc.strerror or exc}") from None
 
 
 def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]:
@@ -223,12 +219,12 @@ def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]
     seen = plan.bindings
     if not seen:
         why = "; ".join(plan.warnings) or "no GPU found"
-        fail(f"no GPU to bind to: {why}")
+        raise UserError(f"no GPU to bind to: {why}")
     count = len(seen)
     if gpu is not None:
         index = _index("--gpu", gpu)
         if index >= count:
-            fail(f"--gpu {index}: this job sees {count} GPU(s) (cuda:0-{count - 1})")
+            raise UserError(f"--gpu {index}: this job sees {count} GPU(s) (cuda:0-{count - 1})")
         return seen[index], ""
     for name in RANK_VARIABLES:
         value = env.get(name)
@@ -239,12 +235,12 @@ def _pick(plan: Any, gpu: str | None, env: Mapping[str, str]) -> tuple[Any, str]
             return seen[index], f" (from {name}={index})"
         if count == 1:
             return seen[0], f" (the only GPU this task sees; {name}={index})"
-        fail(f"{name}={index} but this job sees {count} GPU(s) (cuda:0-{count - 1}); pass --gpu N")
+        raise UserError(f"{name}={index} but this job sees {count} GPU(s) (cuda:0-{count - 1}); pass --gpu N")
     return seen[0], " (the first GPU; no --gpu, LOCAL_RANK or SLURM_LOCALID)"
 
 
 def _index(name: str, value: str) -> int:
-    from ..inputs import parse_int, shown_excerpt
+    from ...inputs import parse_int, shown_excerpt
 
     text = value.strip()
     try:
@@ -252,7 +248,7 @@ def _index(name: str, value: str) -> int:
             raise ValueError("signed")
         return parse_int(text, name, 6)
     except ValueError:
-        fail(f"{name}={shown_excerpt(value)} is not a GPU index (a whole number from 0)")
+        raise UserError(f"{name}={shown_excerpt(value)} is not a GPU index (a whole number from 0)") from None
 
 
 # --- probing: only what the plan needs ------------------------------------------------------------
@@ -266,12 +262,12 @@ def probe_for_run(
     environ: Mapping[str, str],
 ) -> dict[str, Any]:
     """The facts sections the plan reads, from the live machine (or a tree), cheaply."""
-    from ..context import make_context
-    from ..facts import Unavailable
-    from ..probes import numa as numa_probe
-    from ..probes import pci as pci_probe
-    from ..probes.files import list_dir, parse_cpulist, read_lines
-    from ..probes.host import gpu_env
+    from ...context import make_context
+    from ...facts import Unavailable
+    from ...probes import numa as numa_probe
+    from ...probes import pci as pci_probe
+    from ...probes.files import list_dir, parse_cpulist, read_lines
+    from ...probes.host import gpu_env
 
     ctx = make_context(root=root, sysfs_root=sysfs_root, procfs_root=procfs_root, timeout=nvml_timeout + 5.0,
                        nvml_timeout=nvml_timeout)
@@ -318,7 +314,7 @@ def probe_for_run(
         "nvml": {"status": "not_probed", "error": "not needed: sysfs placed every GPU"},
     }
     if _needs_nvml(facts, env):
-        from ..probes import nvml as nvml_probe
+        from ...probes import nvml as nvml_probe
 
         facts["nvml"] = nvml_probe.collect(ctx)
     return facts

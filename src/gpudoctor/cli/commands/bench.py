@@ -7,18 +7,21 @@ import sys
 
 import click
 
-from ..cli import (
+from ...render.safe import printable
+from ..errors import UserError
+from ..load import load_ruleset, obtain_facts
+from ..options import (
     MAX_TIMEOUT_S,
     FiniteFloat,
     ProbeOptions,
-    coloured,
-    fail,
-    obtain_facts,
+    color_option,
+    facts_option,
+    format_option,
+    output_option,
     root_options,
-    style_for,
-    write_output,
 )
-from ..render.safe import printable
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 EPILOG = """\b
 What it measures, per GPU: matmul TFLOP/s in fp32, tf32, fp16, bf16 and fp8 (where the GPU
@@ -44,7 +47,7 @@ MAX_GPU_INDEX = 4095
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
-    from ..inputs import parse_int
+    from ...inputs import parse_int
 
     if text is None or text.strip().lower() in ("", "all"):
         return None
@@ -59,30 +62,25 @@ def _parse_gpus(text: str | None) -> list[int] | None:
             out.extend(range(lo, hi + 1))
     except ValueError as exc:
         shown = text if len(text) <= 40 else text[:40] + "..."
-        fail(f"--gpus {shown}: give device indices like 0,1 or 0-3 (or all): {exc}")
+        raise UserError(f"--gpus {shown}: give device indices like 0,1 or 0-3 (or all): {exc}") from None
     return list(dict.fromkeys(out))
 
 
-@click.command(epilog=EPILOG)
+@click.command("bench", help=help_text("bench"), epilog=EPILOG)
 @click.option("--gpus", metavar="LIST", help="Device indices to measure, e.g. 0,1 or 0-3 (default: all).")
 @click.option(
     "--quick/--full", "quick", default=True, show_default=True, help="Quick (under 30 s on 2 GPUs) or thorough."
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write a facts snapshot with the results here.")
-@click.option(
-    "--facts",
-    "facts_file",
-    type=click.Path(dir_okay=False),
-    help="Add the results to this snapshot (of this machine) instead of probing it again.",
-)
+@format_option()
+@output_option("a facts snapshot with the results")
+@facts_option(help="Add the results to this snapshot (of this machine) instead of probing it again.")
 @click.option(
     "--bench-timeout",
     type=FiniteFloat(min=1.0, max=MAX_TIMEOUT_S),
     help="Seconds the measurements may take before they are stopped (default 120 quick, 900 full).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
-@click.option("--color/--no-color", default=None, help="Colour the text (default: only on a terminal).")
+@color_option
 @click.option("--device", "device_type", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True)
 @root_options
 def command(
@@ -97,22 +95,23 @@ def command(
     device_type: str,
     probe: ProbeOptions,
 ) -> None:
-    """Measure every GPU (matmul, memory, host and peer copies) against its datasheet and its peers."""
-    from ..advice.gpu_specs import SpecTableError, load_specs
-    from ..bench import analysis, runner
-    from ..facts import SnapshotError, dumps, from_jsonable, to_jsonable
-    from ..render.bench import render_json, render_text
+    from ...advice.gpu_specs import SpecTableError, load_specs
+    from ...bench import analysis, runner
+    from ...facts import SnapshotError, dumps, from_jsonable, to_jsonable
+    from ...render.bench import render_json, render_text
 
     if probe.elsewhere:
-        fail("bench measures this machine; --root/--sysfs-root/--procfs-root describe another one (use --facts FILE)")
+        raise UserError(
+            "bench measures this machine; --root/--sysfs-root/--procfs-root describe another one (use --facts FILE)"
+        )
     python = probe.python
     if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        fail(f"--python {python}: not an executable file")
+        raise UserError(f"--python {python}: not an executable file")
     devices = _parse_gpus(gpus)
     try:
         table = load_specs()
     except SpecTableError as exc:
-        fail(f"GPU spec table: {exc}")
+        raise UserError(f"GPU spec table: {exc}") from None
     # --python names the interpreter that runs the bench; the probe of a live machine reads its torch too
     live_probe = ProbeOptions(
         python=None if facts_file else python,
@@ -135,15 +134,15 @@ def command(
     finally:
         bar.close()
     if run.status == "no_torch":
-        fail(
+        raise UserError(
             f"gpudoctor bench needs torch in {python or sys.executable}: pip install 'gpudoctor[torch]', "
             "or point --python at the interpreter of an environment that has it"
         )
     if run.status in ("no_device", "error") and not run.results:
         detail = f" ({run.stderr_tail.splitlines()[-1]})" if run.stderr_tail.strip() else ""
-        fail(f"the bench could not run: {run.error}{detail}")
+        raise UserError(f"the bench could not run: {run.error}{detail}")
     if run.status == "timeout" and not run.results:
-        fail(f"{run.error} before finishing a single test (raise --bench-timeout)")
+        raise UserError(f"{run.error} before finishing a single test (raise --bench-timeout)")
 
     section = analysis.build_section(run, facts, table)
     if facts_file:
@@ -156,15 +155,15 @@ def command(
             )
     merged = dict(facts)
     merged["bench"] = section
-    from ..schemas import validate_facts
+    from ...schemas import validate_facts
 
     problem = validate_facts(to_jsonable(merged))
     if problem:  # a bug in gpudoctor, not in the input: say so plainly rather than write a bad file
-        fail(f"internal error: the bench results do not fit the snapshot schema: {problem}")
+        raise UserError(f"internal error: the bench results do not fit the snapshot schema: {problem}")
     try:
         merged = from_jsonable(to_jsonable(merged))
     except SnapshotError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
 
     findings = _judge(merged)
     if output:
@@ -174,33 +173,31 @@ def command(
     else:
         style = style_for(sys.stdout, color)
         write_output(render_text(section, findings, style, snapshot_path=output), None, colour=coloured(style))
-    from ..findings import Severity, Status
+    from ...findings import Severity, Status
 
     if run.status != "ok":
-        click.echo(f"gpudoctor: the bench is incomplete: {printable(run.error)}", err=True)
-        sys.exit(2)
+        raise UserError(f"the bench is incomplete: {run.error}")  # after its results were written
     failed = [f for f in findings if f.status is Status.FAIL and f.severity.rank >= Severity.WARNING.rank]
     sys.exit(1 if failed else 0)
 
 
 def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
     """Results go into a snapshot only when its GPUs are the ones that were measured."""
-    from ..advice.gpu_specs import machine_gpus
-    from ..engine.subjects import normalise_bus_id
+    from ...advice.gpu_specs import machine_gpus
+    from ...engine.subjects import normalise_bus_id
 
     known = {normalise_bus_id(g.bus_id) for g in machine_gpus(facts) if g.bus_id}
     measured = [g.get("bus_id") for g in section.get("gpus", []) if isinstance(g.get("bus_id"), str)]
     strangers = [b for b in measured if normalise_bus_id(b) not in known]
     if strangers:
-        fail(
+        raise UserError(
             f"{facts_file} is not a snapshot of this machine: it has no GPU at {', '.join(strangers)} "
             "(take one here with gpudoctor probe -o FILE, or leave out --facts)"
         )
 
 
 def _judge(facts: dict) -> list:
-    from ..cli import load_ruleset
-    from ..engine.runner import run_rules
+    from ...engine.runner import run_rules
 
     ruleset = load_ruleset(())
     rules = [r for r in ruleset.rules if "bench" in r.tags]

@@ -17,17 +17,22 @@ from typing import Any
 
 import click
 
-from ..cli import (
+from ..errors import UserError
+from ..load import load_ruleset, obtain_facts
+from ..options import (
     ProbeOptions,
-    coloured,
-    fail,
-    load_ruleset,
-    obtain_facts,
+    color_option,
+    facts_option,
+    format_option,
+    given,
+    membind_option,
+    output_option,
     root_options,
     rule_dir_options,
-    style_for,
-    write_output,
+    strategy_option,
 )
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 FIX_EXIT_HELP = """\b
 Exit status:
@@ -49,33 +54,26 @@ def _flag(name: str) -> str:
     }.get(name, "--" + name.replace("_", "-"))
 
 
-@click.command(
-    epilog=FIX_EXIT_HELP,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
+FIX_HELP = """\b
+gpudoctor fix                        every fix, grouped: as user, as root, reboot, hardware
+gpudoctor fix --torch                the torch wheel for this machine and the pip/uv command
+gpudoctor fix --torch --compute-capability 6.1 --driver-version 535.183.01
+gpudoctor fix --numa --strategy exclusive --format json
+gpudoctor never runs a fix."""
+
+
+@click.command("fix", help=help_text("fix", FIX_HELP), epilog=FIX_EXIT_HELP)
 @click.option(
     "--torch", "torch_mode", is_flag=True, help="Print the torch build for this machine and its install command."
 )
 @click.option("--numa", "numa_mode", is_flag=True, help="Print the NUMA binding (numactl line) for each GPU.")
-@click.option(
-    "--facts",
-    "facts_file",
-    type=click.Path(dir_okay=False),
-    help="Advise for this snapshot (from `gpudoctor probe`) instead of probing the machine.",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "shell"]),
+@facts_option()
+@format_option(
+    ("text", "json", "shell"),
     default=None,
     help="text (default; --numa: shell), json, or shell (a script of comments and commands to review).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write the output here (a file is replaced atomically; a device or FIFO written).",
-)
+@output_option("the output")
 @rule_dir_options
 @click.option("--driver-version", metavar="V", help="--torch: the NVIDIA driver version to advise for.")
 @click.option(
@@ -88,16 +86,14 @@ def _flag(name: str) -> str:
 @click.option("--no-gpu", is_flag=True, help="--torch: advise for a machine without GPUs.")
 @click.option("--torch-version", metavar="X.Y[.Z]", help="--torch: this torch release instead of the newest that fits.")
 @click.option("--python-version", metavar="X.Y", help="--torch: the Python the wheel is for.")
-@click.option(
-    "--strategy",
-    metavar="node|socket|exclusive|core-complex",
-    help="--numa: how CPUs are shared out (default node).",
-)
-@click.option("--membind", is_flag=True, help="--numa: bind memory strictly to the GPU's node (checked first).")
+@strategy_option("--numa")
+@membind_option("--numa")
 @click.option("--visible-devices", "visible", metavar="LIST", help="--numa: plan for this CUDA_VISIBLE_DEVICES value.")
-@click.option("--color/--no-color", default=None, help="Colour the text output (default: only on a terminal).")
+@color_option
 @root_options
+@click.pass_context
 def command(
+    ctx: click.Context,
     torch_mode: bool,
     numa_mode: bool,
     facts_file: str | None,
@@ -111,50 +107,41 @@ def command(
     no_gpu: bool,
     torch_version: str | None,
     python_version: str | None,
-    strategy: str | None,
+    strategy: str,
     membind: bool,
     visible: str | None,
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    """Print the fixes: for every failing check (default), the torch build (--torch) or the NUMA binding (--numa).
-
-    \b
-    gpudoctor fix                        every fix, grouped: as user, as root, reboot, hardware
-    gpudoctor fix --torch                the torch wheel for this machine and the pip/uv command
-    gpudoctor fix --torch --compute-capability 6.1 --driver-version 535.183.01
-    gpudoctor fix --numa --strategy exclusive --format json
-    gpudoctor never runs a fix.
-    """
-    given = {
+    asked = {
         "driver_version": driver_version,
         "compute_capability": compute_capability,
         "gpu_arch": gpu_arch,
         "no_gpu": no_gpu,
         "torch_version": torch_version,
         "python_version": python_version,
-        "strategy": strategy,
+        "strategy": given(ctx, "strategy"),
         "membind": membind,
         "visible": visible,
     }
     if torch_mode and numa_mode:
-        fail("--torch and --numa are separate advice; ask for one at a time")
+        raise UserError("--torch and --numa are separate advice; ask for one at a time")
     if not torch_mode:
-        used = [_flag(n) for n in TORCH_ONLY if given[n]]
+        used = [_flag(n) for n in TORCH_ONLY if asked[n]]
         if used:
-            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --torch")
+            raise UserError(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --torch")
     if not numa_mode:
-        used = [_flag(n) for n in NUMA_ONLY if given[n]]
+        used = [_flag(n) for n in NUMA_ONLY if asked[n]]
         if used:
-            fail(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --numa")
+            raise UserError(f"{', '.join(used)} only appl{'y' if len(used) > 1 else 'ies'} with --numa")
     if (torch_mode or numa_mode) and (rule_dirs or no_builtin_rules):
-        fail("--rules and --no-builtin-rules apply to the fix list, not to --torch or --numa")
+        raise UserError("--rules and --no-builtin-rules apply to the fix list, not to --torch or --numa")
     if no_gpu and (compute_capability or gpu_arch):
-        fail("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
+        raise UserError("--no-gpu cannot be combined with --compute-capability or --gpu-arch")
 
     if numa_mode:
-        from ..advice.numa_plan import plan_numa
-        from ..render.numa_plan import render_numa_plan
+        from ...advice.numa_plan import plan_numa
+        from ...render.numa_plan import render_numa_plan
 
         facts, _origin = obtain_facts(facts_file, probe)
         if (fmt or "shell") != "json":
@@ -165,7 +152,7 @@ def command(
             plan = plan_numa(facts, strategy=strategy or "node", membind=membind, visible=visible)
             text = render_numa_plan(plan, facts, fmt or "shell")
         except ValueError as exc:
-            fail(f"--numa: {exc}")
+            raise UserError(f"--numa: {exc}") from None
         write_output(text, output)
         return
 
@@ -182,13 +169,13 @@ def command(
 
 
 def _printable_facts(facts: Any) -> Any:
-    from ..render.safe import printable_tree
+    from ...render.safe import printable_tree
 
     return printable_tree(facts)
 
 
 def _printable(text: str) -> str:
-    from ..render.safe import printable
+    from ...render.safe import printable
 
     return printable(text)
 
@@ -205,9 +192,9 @@ def _torch(
     torch_version: str | None,
     python_version: str | None,
 ) -> int:
-    from ..advice.torch_build import recommend
-    from ..advice.torch_inputs import Overrides, TorchAdviceError
-    from ..render import torch_build
+    from ...advice.torch_build import recommend
+    from ...advice.torch_inputs import Overrides, TorchAdviceError
+    from ...render import torch_build
 
     overrides = Overrides(
         driver_version=driver_version,
@@ -220,7 +207,7 @@ def _torch(
     try:
         rec = recommend(facts, overrides)
     except TorchAdviceError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     if fmt == "json":
         text = torch_build.render_json(rec)
     elif fmt == "shell":
@@ -240,10 +227,10 @@ def _fix_list(
     no_builtin_rules: bool,
     color: bool | None,
 ) -> None:
-    from ..advice.fix_list import collect
-    from ..engine.runner import run_rules
-    from ..render import fix_list
-    from ..render.text import header
+    from ...advice.fix_list import collect
+    from ...engine.runner import run_rules
+    from ...render import fix_list
+    from ...render.text import header
 
     ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
     findings = run_rules(ruleset, facts)

@@ -7,7 +7,10 @@ from typing import Any
 
 import click
 
-from ..cli import fail, write_output
+from ..errors import UserError
+from ..options import format_option, output_option
+from ..output import write_output
+from ..registry import help_text
 
 MERGE_HELP = """\b
 Reads gate reports (gpudoctor gate --json PATH) and check reports
@@ -22,28 +25,23 @@ Exit status:
   2  a file is missing or not a valid gpudoctor report"""
 
 
-@click.group("report")
+@click.group("report", help=help_text("report"))
 def command() -> None:
-    """Fleet reports: merge many JSON reports into one summary."""
+    pass
 
 
 @command.command("merge", epilog=MERGE_HELP)
 @click.argument("reports", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write the summary here (a file is replaced atomically; a device or FIFO written).",
-)
+@format_option()
+@output_option("the summary")
 def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     """Which nodes fail which checks, counts per check and per GPU model."""
     import json
     from pathlib import Path
 
-    from ..fleet import ReportError
-    from ..fleet import merge as merge_reports
-    from ..render.fleet import render_text
+    from ...fleet import ReportError
+    from ...fleet import merge as merge_reports
+    from ...render.fleet import render_text
 
     paths: list[str] = []
     for item in reports:
@@ -51,14 +49,14 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
         if p.is_dir():
             found = sorted(str(x) for x in p.glob("*.json"))
             if not found:
-                fail(f"{item}: no *.json reports in this directory")
+                raise UserError(f"{item}: no *.json reports in this directory")
             paths += found
         else:
             paths.append(item)
     try:
         fleet = merge_reports(paths)
     except ReportError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:
@@ -73,7 +71,7 @@ def _printable(fleet: Any) -> Any:
     with a newline or an escape sequence would otherwise forge a line or drive the terminal."""
     from dataclasses import fields, replace
 
-    from ..render.safe import printable_tree
+    from ...render.safe import printable_tree
 
     def clean(item: Any) -> Any:
         return replace(item, **{f.name: printable_tree(getattr(item, f.name)) for f in fields(item)})

@@ -6,8 +6,11 @@ import sys
 
 import click
 
-from ..cli import FiniteFloat, ProbeOptions, load_ruleset, obtain_facts, root_options, write_output
-from ..render.safe import printable
+from ...render.safe import printable
+from ..load import load_ruleset, obtain_facts
+from ..options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
+from ..output import write_output
+from ..registry import help_text
 
 SELECT_HELP = """\b
 Usage in a job script:
@@ -31,18 +34,12 @@ Exit status:
   2  gpudoctor could not run"""
 
 
-@click.command("select", epilog=SELECT_HELP, context_settings={"max_content_width": 100})
+@click.command("select", help=help_text("select"), epilog=SELECT_HELP)
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, show_default=True, help="How many GPUs.")
-@click.option("--min-free-memory", type=FiniteFloat(min=0), default=0.0, metavar="GiB", help="Free memory each needs.")
-@click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning"]),
-    default="error",
-    show_default=True,
-    help="A GPU with a failed check at or above this severity is left out.",
-)
+@min_free_memory_option("Free memory each needs.", default=0.0)
+@fail_on_option("A GPU with a failed check at or above this severity is left out.")
 @click.option("--uuid", "uuids", is_flag=True, help="Print GPU UUIDs instead of indices.")
-@click.option("--facts", "facts_file", type=click.Path(dir_okay=False), help="Choose from this snapshot.")
+@facts_option()
 @click.option("-v", "--verbose", is_flag=True, help="Also say on stderr what was chosen and why others were not.")
 @root_options
 def command(
@@ -54,10 +51,9 @@ def command(
     verbose: bool,
     probe: ProbeOptions,
 ) -> None:
-    """Print CUDA_VISIBLE_DEVICES for the K best free, healthy GPUs."""
-    from ..advice.gpu_select import GIB, plan
-    from ..engine.runner import run_rules
-    from ..findings import Severity
+    from ...advice.gpu_select import GIB, plan
+    from ...engine.runner import run_rules
+    from ...findings import Severity
 
     facts, _origin = obtain_facts(facts_file, probe)
     ruleset = load_ruleset(())

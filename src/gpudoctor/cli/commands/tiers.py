@@ -6,7 +6,11 @@ import sys
 
 import click
 
-from ..cli import ProbeOptions, coloured, fail, obtain_facts, root_options, style_for, write_output
+from ..errors import UserError
+from ..load import obtain_facts
+from ..options import ProbeOptions, color_option, facts_option, format_option, output_option, root_options
+from ..output import coloured, style_for, write_output
+from ..registry import help_text
 
 EPILOG = """\b
 Workloads (--workload MODE-SIZE[-PRECISION], or --mode/--params/--precision):
@@ -21,7 +25,7 @@ Exit status: 0 the list was printed; 2 gpudoctor could not run (bad option, unre
 snapshot or table, a plot it cannot write)."""
 
 
-@click.command(epilog=EPILOG)
+@click.command("tiers", help=help_text("tiers"), epilog=EPILOG)
 @click.option(
     "--sort",
     type=click.Choice(["fp16", "bf16", "memory", "bandwidth", "perf-per-watt", "perf-per-dollar"]),
@@ -46,23 +50,13 @@ snapshot or table, a plot it cannot write)."""
 @click.option(
     "--vendor", "vendors", multiple=True, metavar="NAME", help="Only these vendors (nvidia, amd, intel, huawei)."
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    help="Write the list here (a file is replaced atomically; a device or FIFO written).",
-)
+@format_option()
+@output_option("the list")
 @click.option(
     "--plot", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png", help="Also draw the list as a chart."
 )
-@click.option(
-    "--facts",
-    "facts_file",
-    type=click.Path(dir_okay=False),
-    help="Mark the GPUs of this snapshot instead of this machine's.",
-)
-@click.option("--color/--no-color", default=None, help="Colour the text (default: only on a terminal).")
+@facts_option()
+@color_option
 @root_options
 def command(
     sort: str,
@@ -82,22 +76,21 @@ def command(
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
-    """The GPU tier list (datasheet figures, dense), this machine's GPUs marked."""
-    from ..advice.gpu_specs import SpecTableError, load_specs, machine_gpus
-    from ..advice.tiers import tier_list
-    from ..advice.workload import WorkloadError, estimate, make_workload, parse_workload
-    from ..render.tiers import render_json, render_text
+    from ...advice.gpu_specs import SpecTableError, load_specs, machine_gpus
+    from ...advice.tiers import tier_list
+    from ...advice.workload import WorkloadError, estimate, make_workload, parse_workload
+    from ...render.tiers import render_json, render_text
 
     if plot and not plot.lower().endswith((".svg", ".png")):
-        fail(f"--plot {plot}: give a .svg or .png file name")
+        raise UserError(f"--plot {plot}: give a .svg or .png file name")
     known_vendors = {"nvidia", "amd", "intel", "huawei"}
     bad = [v for v in vendors if v.lower() not in known_vendors]
     if bad:
-        fail(f"--vendor {', '.join(bad)}: use one of {', '.join(sorted(known_vendors))}")
+        raise UserError(f"--vendor {', '.join(bad)}: use one of {', '.join(sorted(known_vendors))}")
     est = None
     try:
         if workload and (mode or params):
-            fail("give either --workload NAME or --mode/--params, not both")
+            raise UserError("give either --workload NAME or --mode/--params, not both")
         if workload:
             if precision or kv_precision:
                 wl = parse_workload(workload, context, batch)
@@ -109,16 +102,18 @@ def command(
             est = estimate(wl)
         elif mode or params:
             if not (mode and params):
-                fail("--mode and --params go together (e.g. --mode serve --params 70B --precision fp8)")
+                raise UserError("--mode and --params go together (e.g. --mode serve --params 70B --precision fp8)")
             est = estimate(make_workload(str(mode), str(params), precision, context, batch, 16, kv_precision))
         elif precision or context or batch or kv_precision:
-            fail("--precision/--context/--batch/--kv-precision describe a workload: add --workload or --mode/--params")
+            raise UserError(
+                "--precision/--context/--batch/--kv-precision describe a workload: add --workload or --mode/--params"
+            )
     except WorkloadError as exc:
-        fail(str(exc))
+        raise UserError(str(exc)) from None
     try:
         table = load_specs()
     except SpecTableError as exc:
-        fail(f"GPU spec table: {exc}")
+        raise UserError(f"GPU spec table: {exc}") from None
     facts, origin = obtain_facts(facts_file, probe)
     tl = tier_list(
         table,
@@ -129,13 +124,13 @@ def command(
         vendors=tuple(v.lower() for v in vendors),
     )
     if plot:
-        from ..outputs import OutputError
-        from ..render.tiers_plot import PlotError, write_plot
+        from ...outputs import OutputError
+        from ...render.tiers_plot import PlotError, write_plot
 
         try:
             write_plot(tl, plot)  # through gpudoctor.outputs.write_file, as every output
         except (PlotError, OutputError) as exc:
-            fail(str(exc))
+            raise UserError(str(exc)) from None
     style = None
     if fmt == "json":
         text = render_json(tl, origin)

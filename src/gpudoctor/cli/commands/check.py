@@ -1,0 +1,98 @@
+"""`gpudoctor check`: judge this machine (or a snapshot) with the rules; findings with fixes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import UserError
+from ..load import load_facts_file, load_ruleset, refuse_probe_options_with_facts, start_collect
+from ..options import (
+    ProbeOptions,
+    color_option,
+    facts_option,
+    fail_on_option,
+    format_option,
+    output_option,
+    root_options,
+    rule_dir_options,
+)
+from ..output import coloured, style_for, write_output
+from ..registry import EXIT_HELP, help_text
+
+
+@click.command("check", help=help_text("check"), epilog=EXIT_HELP)
+@facts_option()
+@format_option()
+@output_option("the report")
+@rule_dir_options
+@click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
+@click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
+@fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
+@click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
+@color_option
+@root_options
+def command(
+    facts_file: str | None,
+    fmt: str,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_builtin_rules: bool,
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    fail_on: str,
+    verbose: bool,
+    color: bool | None,
+    probe: ProbeOptions,
+) -> None:
+    import time
+
+    deadline = time.monotonic() + probe.timeout
+    if facts_file:
+        refuse_probe_options_with_facts(probe)
+    # Probing starts first, before the rule engine is even imported, so that NVML's start-up in
+    # its child overlaps importing the engine and loading the rules.
+    collection = None
+    if not facts_file:
+        collection = start_collect(probe)
+    try:
+        from ...engine.runner import judging_deadline, run_rules, select, unknown_selectors
+        from ...findings import Report, Severity
+
+        ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
+        unknown = unknown_selectors(ruleset, list(only) + list(skip))
+        if unknown:
+            raise UserError(
+                f"--only/--skip: no rule, area or tag named {', '.join(unknown)} (see `gpudoctor rules list`)"
+            )
+    except BaseException:
+        if collection is not None:
+            collection.abort()
+        raise
+    if collection is None:
+        facts = load_facts_file(str(facts_file))
+        origin = str(facts_file)
+    else:
+        facts = collection.finish()
+        origin = probe.origin
+    rules = select(ruleset.rules, only, skip)
+    report = Report(
+        findings=run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline)),
+        fail_on=Severity(fail_on),
+        facts_origin=origin,
+        rules_loaded=len(ruleset.rules),
+    )
+    style = None
+    if fmt == "json":
+        from ...render.json_report import render as render_json
+
+        text = render_json(report, facts, include_skipped=verbose)
+    else:
+        from ...render.text import render as render_text
+
+        stream = sys.stdout
+        style = style_for(stream, color if not output else False)
+        text = render_text(report, facts, style=style, verbose=verbose)
+    write_output(text, output, colour=coloured(style))
+    sys.exit(report.exit_code)

@@ -1,0 +1,75 @@
+"""What a command works on: the facts (a saved snapshot, a tree, or this machine) and the rules,
+with what can go wrong in them as UserError."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import UserError
+from .options import ProbeOptions
+
+
+def start_collect(probe: ProbeOptions) -> Any:
+    """Validate the probe options and start probing (NVML is forked at once); `.finish()` gives the facts."""
+    for label, path in (
+        ("--root", probe.root),
+        ("--sysfs-root", probe.sysfs_root),
+        ("--procfs-root", probe.procfs_root),
+    ):
+        if path is not None and not Path(path).is_dir():
+            raise UserError(f"{label} {path}: no such directory")
+    if probe.python is not None and not (os.path.isfile(probe.python) and os.access(probe.python, os.X_OK)):
+        raise UserError(f"--python {probe.python}: not an executable file")
+    from ..context import make_context
+    from ..probes import start_collection
+
+    ctx = make_context(
+        root=probe.root,
+        sysfs_root=probe.sysfs_root,
+        procfs_root=probe.procfs_root,
+        python=probe.python,
+        timeout=probe.timeout,
+        nvml_timeout=probe.nvml_timeout,
+        torch_import=probe.torch_import,
+    )
+    return start_collection(ctx)
+
+
+def obtain_facts(facts_file: str | None, probe: ProbeOptions) -> tuple[dict[str, Any], str]:
+    """The facts and where they came from: a snapshot file, a fixture root, or the live machine.
+
+    For commands other than `check` that take `--facts FILE` plus @root_options."""
+    if facts_file:
+        refuse_probe_options_with_facts(probe)
+        return load_facts_file(facts_file), facts_file
+    return start_collect(probe).finish(), probe.origin
+
+
+def refuse_probe_options_with_facts(probe: ProbeOptions) -> None:
+    if probe.elsewhere or probe.python or probe.torch_import:
+        raise UserError(
+            "--facts reads a saved snapshot; it cannot be combined with the probe options (--root, --python, ...)"
+        )
+
+
+def load_facts_file(path: str) -> dict[str, Any]:
+    from ..facts import SnapshotError, load_snapshot
+
+    try:
+        return load_snapshot(path)
+    except SnapshotError as exc:
+        raise UserError(str(exc)) from None
+
+
+def load_ruleset(rule_dirs: Sequence[str], builtin: bool = True) -> Any:
+    from ..engine.loader import RuleLoadError, load_rules
+
+    for d in rule_dirs:
+        if not Path(d).is_dir():
+            raise UserError(f"--rules {d}: no such directory")
+    try:
+        return load_rules(rule_dirs, include_builtin=builtin)
+    except RuleLoadError as exc:
+        raise UserError(f"bad rule file: {exc}") from None

@@ -1,0 +1,65 @@
+"""Writing a command's output: the one writer for stdout and output files, colour, stderr lines."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from .errors import UserError
+
+
+def style_for(stream: Any, colour: bool | None) -> Any:
+    """click.style when `colour` says so, or when it is None and `stream` is a terminal and
+    NO_COLOR is not set; else render.text.plain (no escape sequences)."""
+    use = colour if colour is not None else (_isatty(stream) and not os.environ.get("NO_COLOR"))
+    if use:
+        return click.style
+    from ..render.text import plain
+
+    return plain
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def coloured(style: Any) -> bool:
+    """Whether a style from style_for() colours (its SGR sequences then pass the output writer)."""
+    return style is click.style
+
+
+def write_output(text: str | bytes, output: str | None, *, colour: bool = False, raw: bool = False) -> None:
+    """Write a command's output to the file `output` (see gpudoctor.outputs.write_file for what a
+    path may be), or to stdout when it is None or "-"; exit status 2 with one line if that fails.
+
+    Text passes gpudoctor.render.safe.terminal_safe first (every control character but newline
+    and tab escaped; with `colour`, the renderer's SGR sequences kept), JSON included: it stays
+    valid. `raw` skips that, for formats that escape on their own (JUnit XML, Prometheus, NFD)."""
+    from ..outputs import OutputError, write_file, write_stdout
+
+    if isinstance(text, str) and not raw:
+        from ..render.safe import terminal_safe
+
+        text = terminal_safe(text, colour)
+    try:
+        if output and output != "-":
+            write_file(output, text)
+        elif isinstance(text, str):
+            write_stdout(text)
+        else:
+            raise UserError("internal error: binary output for standard output")
+    except OutputError as exc:
+        raise UserError(str(exc)) from None
+
+
+def say(line: str) -> None:
+    """One line to stderr (the caller escapes what it quotes); nothing if stderr cannot take it."""
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError):
+        pass

@@ -25,11 +25,12 @@ from gpudoctor import findings as findings_module
 from gpudoctor.engine import helpers
 from gpudoctor.engine import runner as runner_module
 from gpudoctor.engine.expressions import FactView, Template, compile_expression, format_value
-from gpudoctor.engine.loader import RuleSet, builtin_rules_dir, load_rule_file, load_rules, load_tables
+from gpudoctor.engine.loader import RuleSet, load_rule_file, load_rules
 from gpudoctor.engine.runner import evaluate_rule, run_rules
 from gpudoctor.engine.subjects import gpu_subjects, subjects_for
 from gpudoctor.facts import parse_snapshot
 from gpudoctor.findings import MAX_TEXT_CHARS, Status
+from gpudoctor.tables import builtin_rules_dir, load_tables
 from tests.conftest import SNAPSHOTS, probed
 
 RULES = load_rules(include_plugins=False)

@@ -306,8 +306,8 @@ def _check_driver(text: str) -> str:
 
 def load_tables() -> tuple[dict[str, Any], dict[str, Any]]:
     """(torch_releases rows, cuda_driver rows) of the built-in data tables."""
-    from ..engine.loader import builtin_rules_dir
-    from ..engine.loader import load_tables as load
+    from ..tables import builtin_rules_dir
+    from ..tables import load_tables as load
 
     tables = load(builtin_rules_dir() / "data")
     return tables["torch_releases"]["rows"], tables["cuda_driver"]["rows"]

@@ -11,7 +11,6 @@ type, bad expression, unknown fact, duplicate id, unknown table) raises
 from __future__ import annotations
 
 import ast
-import datetime
 import functools
 import os
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from ..findings import AREAS, Severity
 from ..schemas import validate
+from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
 from .expressions import Expression, ExpressionError, Template, compile_expression, compile_template
 from .helpers import FUNCTIONS
@@ -99,15 +99,6 @@ class RuleSet:
         return None
 
 
-def builtin_rules_dir() -> Path:
-    """The rules shipped in the wheel (gpudoctor/rules), else the repo's rules/ (editable install)."""
-    here = Path(__file__).resolve().parent.parent
-    packaged = here / "rules"
-    if packaged.is_dir():
-        return packaged
-    return here.parent.parent / "rules"
-
-
 def entry_point_dirs() -> list[tuple[str, Path]]:
     """Rule directories registered by installed packages (group gpudoctor.rules).
 
@@ -169,23 +160,14 @@ def _rule_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
 
 
-def load_tables(directory: Path) -> dict[str, Any]:
-    tables: dict[str, Any] = {}
-    if not directory.is_dir():
-        return tables
-    for path in sorted(directory.glob("*.yaml")):
-        data = read_yaml(path, "data table")
-        if isinstance(data, dict) and isinstance(data.get("retrieved"), datetime.date):
-            data["retrieved"] = data["retrieved"].isoformat()  # YAML reads unquoted dates as dates
-        problem = validate("table", data)
-        if problem:
-            raise RuleLoadError(str(path), getattr(data, "line", None), f"data table: {problem}")
-        name = data["name"]
-        if name in tables:
-            raise RuleLoadError(str(path), data.line, f"duplicate data table name {name!r}")
-        rows = {str(k): v for k, v in data["rows"].items()}
-        tables[name] = {**data, "rows": rows, "path": str(path)}
-    return tables
+def _tables(directory: Path) -> dict[str, Any]:
+    """The data tables in ``directory`` (gpudoctor.tables), a problem reported as a rule file's is."""
+    from ..inputs import InputError
+
+    try:
+        return load_tables(directory)
+    except InputError as exc:
+        raise RuleLoadError(exc.path, exc.line, exc.message) from None
 
 
 def _item_line(data: Any, problem: str) -> int | None:
@@ -326,7 +308,7 @@ def load_rules(
 def _load_uncached(dirs: list[Path]) -> RuleSet:
     tables: dict[str, Any] = {}
     for directory in dirs:
-        for name, table in load_tables(directory / "data").items():
+        for name, table in _tables(directory / "data").items():
             if name in tables:
                 raise RuleLoadError(table["path"], None, f"data table {name!r} also defined in {tables[name]['path']}")
             tables[name] = table
@@ -353,14 +335,14 @@ def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
     """Validate rule files or directories (for `gpudoctor rules validate`). Returns (rule count, errors)."""
     errors: list[str] = []
     count = 0
-    builtin_tables = load_tables(builtin_rules_dir() / "data")
+    builtin_tables = _tables(builtin_rules_dir() / "data")
     for raw_path in paths:
         path = Path(raw_path)
         files = _rule_files(path) if path.is_dir() else [path]
         tables = dict(builtin_tables)
         if path.is_dir():
             try:
-                tables.update(load_tables(path / "data"))
+                tables.update(_tables(path / "data"))
             except RuleLoadError as exc:
                 errors.append(str(exc))
                 continue

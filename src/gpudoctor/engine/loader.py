@@ -295,14 +295,35 @@ def load_rules(
     files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
     files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
     cache_key = rule_cache.key(dirs, files)  # a hash of the files' bytes; None: no caching
-    cached = rule_cache.load_ruleset(cache_key)
+    cached = _compiled(rule_cache.load_rules(cache_key))
     if cached is not None:
         return cached
     ruleset = _load_uncached(dirs)
     loaded = {*ruleset.sources, *(table["path"] for table in ruleset.tables.values())}
     if cache_key is not None and loaded == {str(p) for p in files} and rule_cache.key(dirs, files) == cache_key:
-        rule_cache.store_ruleset(cache_key, ruleset)  # only if no file changed, came or went meanwhile
+        # only if no file changed, came or went meanwhile
+        rules = [(rule.raw, rule.source, rule.line) for rule in ruleset.rules]
+        rule_cache.store_rules(cache_key, rule_cache.Entry(ruleset.tables, rules, ruleset.sources))
     return ruleset
+
+
+def _compiled(entry: Any) -> RuleSet | None:
+    """The rule set a cache entry (rule_cache.Entry) holds, every rule compiled, and so checked,
+    again as a rule file's is; None when anything in it is refused."""
+    if entry is None:
+        return None
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    try:
+        for raw, source, _line in entry.rules:
+            rule = compile_rule(raw, source, entry.tables)
+            if rule.id in seen:
+                return None
+            seen.add(rule.id)
+            rules.append(rule)
+    except Exception:  # noqa: BLE001 - a compile error, a wrong type deep inside: load the files instead
+        return None
+    return RuleSet(rules=rules, tables=entry.tables, sources=list(entry.sources))
 
 
 def _load_uncached(dirs: list[Path]) -> RuleSet:

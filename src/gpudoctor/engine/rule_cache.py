@@ -7,7 +7,8 @@ is stored as JSON, which cannot run code when read (and whose integers are bound
 reader bounds them). Loading an entry checks its shape and every field of every rule and table
 against what their schemas allow (by hand, _plain_rule and _plain_table: as strict as the
 schema, without importing and running the JSON-schema validators: 3 of the 23 ms a cached
-load took), and compiles every expression and template again through compile_rule (the same
+load took); the loader (which this module does not import) then compiles every expression and
+template again through compile_rule (the same
 checks as for a rule file: syntax and node types, fact paths, no dunders, helper calls only,
 limits, tables), so an entry can hold nothing that a rule file could not; anything odd is a
 miss. Nothing compiled is stored: what makes an expression safe to evaluate is always decided
@@ -49,13 +50,10 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from .. import __version__
 from ..inputs import STRICT_JSON
-
-if TYPE_CHECKING:
-    from .loader import RuleSet
 
 # Bumped when what is stored changes shape, or what reading a rule file gives changes, so no
 # older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules).
@@ -386,26 +384,37 @@ class _Raw(dict):  # type: ignore[type-arg]
     line: int = 0
 
 
-def store_ruleset(cache_key: str | None, ruleset: RuleSet) -> None:
-    """Cache what ``ruleset`` was made from: the parsed rules and tables (no compiled objects)."""
+class Entry(NamedTuple):
+    """What a rule set is made from, as the cache holds it: the parsed tables; every rule's
+    mapping, the file it came from and the line it was defined at (a mapping read back carries
+    that line as compile_rule reads it); the rule files."""
+
+    tables: dict[str, Any]
+    rules: list[tuple[dict[str, Any], str, int]]
+    sources: list[str]
+
+
+def store_rules(cache_key: str | None, entry: Entry) -> None:
+    """Cache what a rule set was made from (plain data; the loader compiles it again on a hit)."""
     if cache_key is None:
         return
     data = {
-        "tables": ruleset.tables,
-        "rules": [{"raw": rule.raw, "source": rule.source, "line": rule.line} for rule in ruleset.rules],
-        "sources": list(ruleset.sources),
+        "tables": entry.tables,
+        "rules": [{"raw": raw, "source": source, "line": line} for raw, source, line in entry.rules],
+        "sources": list(entry.sources),
     }
     store(cache_key, data)
 
 
-def load_ruleset(cache_key: str | None) -> RuleSet | None:
-    """The rule set cached under ``cache_key``, checked and compiled again; None on any problem."""
+def load_rules(cache_key: str | None) -> Entry | None:
+    """The rules and tables cached under ``cache_key``, each checked as its schema allows (see
+    _decode); None on any problem. The loader compiles (and so checks) every rule again."""
     data = load(cache_key)
     if data is None:
         return None
     try:
         return _decode(data)
-    except Exception:  # a compile error, a wrong type deep inside: load the files instead
+    except Exception:  # a wrong type deep inside: load the files instead
         return None
 
 
@@ -486,13 +495,11 @@ def _plain_table(name: str, table: Any) -> bool:
     )
 
 
-def _decode(data: Any) -> RuleSet | None:
-    """The rule set an entry holds, or None. The rules and tables were schema-checked when the
-    files were loaded and the entry is private to this user (see the module docstring), so they
+def _decode(data: Any) -> Entry | None:
+    """The rules and tables an entry holds, or None. The rules and tables were schema-checked when
+    the files were loaded and the entry is private to this user (see the module docstring), so they
     are checked here by hand (_plain_rule, _plain_table), as strictly and at a fraction of the
-    cost; every expression and template is compiled, and so checked, again."""
-    from .loader import RuleSet, compile_rule
-
+    cost; the loader compiles, and so checks, every expression and template again."""
     if type(data) is not dict or data.keys() != {"tables", "rules", "sources"}:
         return None
     tables, entries, sources = data["tables"], data["rules"], data["sources"]
@@ -501,8 +508,7 @@ def _decode(data: Any) -> RuleSet | None:
     if not all(_plain_table(name, table) for name, table in tables.items()):
         return None
     known_sources = set(sources)
-    rules = []
-    seen: set[str] = set()
+    rules: list[tuple[dict[str, Any], str, int]] = []
     for entry in entries:
         if type(entry) is not dict or entry.keys() != {"raw", "source", "line"}:
             return None
@@ -513,9 +519,5 @@ def _decode(data: Any) -> RuleSet | None:
             return None
         raw = _Raw(entry["raw"])
         raw.line = line
-        rule = compile_rule(raw, source, tables)  # RuleLoadError: caught by load_ruleset
-        if rule.id in seen:
-            return None
-        seen.add(rule.id)
-        rules.append(rule)
-    return RuleSet(rules=rules, tables=tables, sources=list(sources))
+        rules.append((raw, source, line))
+    return Entry(tables=tables, rules=rules, sources=list(sources))

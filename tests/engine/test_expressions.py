@@ -8,14 +8,7 @@ import pytest
 from simpleeval import IterableTooLong
 
 from gpudoctor.engine import factpaths
-from gpudoctor.engine.expressions import (
-    ExpressionError,
-    FactUnavailable,
-    compile_expression,
-    compile_template,
-    section_views,
-    wrap,
-)
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
 from gpudoctor.engine.helpers import (
     amd_visible_devices_problem,
     arch_supported,
@@ -31,6 +24,8 @@ from gpudoctor.engine.helpers import (
     visible_devices_problem,
     wheel_family,
 )
+from gpudoctor.engine.templates import compile_template
+from gpudoctor.engine.views import FactUnavailable, section_views, wrap
 from gpudoctor.facts import Unavailable
 
 ROOTS = dict(factpaths.section_roots())

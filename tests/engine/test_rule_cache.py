@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from gpudoctor.engine import loader, rule_cache
-from gpudoctor.engine.expressions import Expression, Template
+from gpudoctor.engine.evaluator import Expression
 from gpudoctor.engine.loader import Rule, RuleSet, load_rules
+from gpudoctor.engine.templates import Template
 
 RULE = """\
 - id: cached-check

@@ -17,11 +17,13 @@ from hypothesis import HealthCheck, settings
 
 from gpudoctor.context import ProbeContext
 from gpudoctor.engine import factpaths
-from gpudoctor.engine.expressions import ExpressionError, compile_expression, compile_template, section_views, wrap
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
 from gpudoctor.engine.helpers import bind
 from gpudoctor.engine.loader import RuleLoadError, RuleSet, load_rule_file
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.engine.subjects import gpu_subjects
+from gpudoctor.engine.templates import compile_template
+from gpudoctor.engine.views import section_views, wrap
 from gpudoctor.facts import REASONS, SnapshotError, Unavailable, load_snapshot, parse_snapshot, walk
 from gpudoctor.findings import Report, Status
 from gpudoctor.probes import host, numa, nvml, pci, toolkit, torch

@@ -24,10 +24,12 @@ import yaml
 from gpudoctor import findings as findings_module
 from gpudoctor.engine import helpers
 from gpudoctor.engine import runner as runner_module
-from gpudoctor.engine.expressions import FactView, Template, compile_expression, format_value
+from gpudoctor.engine.expressions import compile_expression
 from gpudoctor.engine.loader import RuleSet, load_rule_file, load_rules
 from gpudoctor.engine.runner import evaluate_rule, run_rules
 from gpudoctor.engine.subjects import gpu_subjects, subjects_for
+from gpudoctor.engine.templates import Template, format_value
+from gpudoctor.engine.views import FactView
 from gpudoctor.facts import parse_snapshot
 from gpudoctor.findings import MAX_TEXT_CHARS, Status
 from gpudoctor.tables import builtin_rules_dir, load_tables

@@ -18,13 +18,8 @@ import psutil
 import pytest
 import yaml
 
-from gpudoctor.engine.expressions import (
-    MAX_VALUE_CELLS,
-    ExpressionError,
-    LimitExceeded,
-    compile_expression,
-    value_cells,
-)
+from gpudoctor.engine.bounds import MAX_VALUE_CELLS, LimitExceeded, value_cells
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
 from gpudoctor.engine.loader import RuleLoadError, RuleSet, load_rule_file
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.findings import Status

@@ -331,7 +331,7 @@ def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
             node_ids.append(node_id)
     if not node_ids:
         from ..facts import Unavailable
-        from .expressions import FactUnavailable
+        from .views import FactUnavailable
 
         raise FactUnavailable("numa.nodes", Unavailable("error", "no NUMA node lists a CPU"))
     placed = [_required(g, "numa_node") for g in gpus]
@@ -415,7 +415,7 @@ def _cut(text: str, limit: int = 80) -> str:
 
 
 def _get(view: Any, name: str) -> Any:
-    from .expressions import FactUnavailable
+    from .views import FactUnavailable
 
     try:
         return view.get(name) if hasattr(view, "get") else view[name]
@@ -584,7 +584,7 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         it. Unknown either way makes the rule unknown (FactUnavailable), not pass.
         """
         from ..facts import Unavailable
-        from .expressions import FactUnavailable
+        from .views import FactUnavailable
 
         arch = _get(gpu, "architecture")
         if isinstance(arch, str) and arch:

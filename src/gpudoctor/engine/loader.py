@@ -22,9 +22,11 @@ from ..findings import AREAS, Severity
 from ..schemas import validate
 from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
-from .expressions import Expression, ExpressionError, Template, compile_expression, compile_template
+from .evaluator import Expression
+from .expressions import ExpressionError, compile_expression
 from .helpers import FUNCTIONS
 from .subjects import SUBJECT_VARIABLE
+from .templates import Template, compile_template
 
 ENTRY_POINT_GROUP = "gpudoctor.rules"
 

@@ -5,7 +5,7 @@ rule that raises is an "error" finding and the other rules still run.
 
 Cost: the subjects, the view of the ``gpus`` list and the function table are built once per
 run, and what a rule computes independently of its subject is computed once per run
-(expressions.RunCache), so a run is linear in the number of GPUs for the built-in rules.
+(evaluator.RunCache), so a run is linear in the number of GPUs for the built-in rules.
 
 Deadline: ``run_rules(..., deadline=t)`` (a ``time.monotonic()`` value) stops judging at ``t``:
 every rule and subject not judged by then, including one cut off mid-evaluation, is an
@@ -33,11 +33,13 @@ from ..findings import (
     Subject,
     cut_text,
 )
-from .expressions import DeadlineExceeded, FactUnavailable, RunCache, format_value, section_views, wrap
+from .evaluator import DeadlineExceeded, RunCache
 from .factpaths import SECTIONS
 from .helpers import bind
 from .loader import Rule, RuleSet
 from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
+from .templates import format_value
+from .views import FactUnavailable, section_views, wrap
 
 
 def select(rules: Iterable[Rule], only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Rule]:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from gpudoctor.context import ProbeContext
 from gpudoctor.engine import factpaths
 from gpudoctor.engine.expressions import ExpressionError, compile_expression
-from gpudoctor.engine.helpers import bind
+from gpudoctor.engine.helpers.registry import bind
 from gpudoctor.engine.loader import RuleLoadError, RuleSet, load_rule_file
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.engine.subjects import gpu_subjects

@@ -350,13 +350,13 @@ def release_key(text: str) -> str:
 
 
 def _sass_covers(archs: Sequence[str], cc: str) -> bool:
-    from ..engine.helpers import arch_supported
+    from ..engine.helpers.versions import arch_supported
 
     return arch_supported([a for a in archs if a.startswith("sm_")], cc)
 
 
 def _ptx_covers(archs: Sequence[str], cc: str) -> bool:
-    from ..engine.helpers import arch_supported
+    from ..engine.helpers.versions import arch_supported
 
     return arch_supported([a for a in archs if a.startswith("compute_")], cc)
 
@@ -866,7 +866,7 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
                     problem = f"torch {version} needs driver ≥ {floor}; this host has {rec.inputs.driver}"
             archs = _arch_names(_known(t.get("arch_list")))
             if not problem and archs:
-                from ..engine.helpers import arch_supported
+                from ..engine.helpers.versions import arch_supported
 
                 lacking = sorted({_sm(c) for c in rec.inputs.ccs if not arch_supported(archs, c)})
                 if lacking:

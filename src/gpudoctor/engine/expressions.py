@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from . import factpaths
 from .evaluator import MEMO_NODES, SUBJECT_NAMES, Expression
-from .helpers import FUNCTIONS
+from .helpers.registry import FUNCTIONS
 
 MAX_EXPRESSION_LENGTH = 2000
 

@@ -24,7 +24,7 @@ from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
 from .evaluator import Expression
 from .expressions import ExpressionError, compile_expression
-from .helpers import FUNCTIONS
+from .helpers.registry import FUNCTIONS
 from .subjects import SUBJECT_VARIABLE
 from .templates import Template, compile_template
 

@@ -35,7 +35,7 @@ from ..findings import (
 )
 from .evaluator import DeadlineExceeded, RunCache
 from .factpaths import SECTIONS
-from .helpers import bind
+from .helpers.registry import bind
 from .loader import Rule, RuleSet
 from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
 from .templates import format_value

@@ -38,6 +38,8 @@ def render() -> str:
         out.append("")
         for r in rules:
             out += [f"### {r.id}", "", f"**{r.title}** — {r.severity.value}, per {r.subject}", "", r.why, ""]
+            if r.let:
+                out += ["- Where:"] + [f"  - `{name}` = `{expr.source}`" for name, expr in r.let]
             if r.applies:
                 out += [f"- Applies when: `{r.applies.source}`"]
             out += [f"- Fails when: `{r.fail_if.source}`", f"- Reads: {', '.join(f'`{p}`' for p in r.facts_used)}", ""]

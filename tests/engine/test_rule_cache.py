@@ -207,6 +207,12 @@ def test_the_hand_checks_know_every_constraint_of_the_schemas():
         "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9-]+$"}, "uniqueItems": True},
         **{name: {"type": "string"} for name in rule_cache._RULE_TEXTS},
         "refs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "let": {
+            "type": "object",
+            "maxProperties": rule_cache._LET_MAX,
+            "propertyNames": {"pattern": f"^{rule_cache._LET_NAME.pattern}$", "maxLength": rule_cache._LET_NAME_MAX},
+            "additionalProperties": {"type": "string"},
+        },
     }
     assert rule_cache._RULE_ID.pattern == "[a-z0-9]+(?:-[a-z0-9]+)*" and rule_cache._TAG.pattern == "[a-z0-9-]+"
 
@@ -241,6 +247,7 @@ GOOD_RULE: dict[str, Any] = {
     "why": "w",
     "refs": ["r"],
     "docs": "d",
+    "let": {"a": "1", "b_2": "a + 1"},
 }
 GOOD_TABLE: dict[str, Any] = {
     "name": "t_1",
@@ -266,6 +273,11 @@ def _rule_variants() -> list[dict[str, Any]]:
     out.append({**GOOD_RULE, "extra": "field"})
     out.append({**GOOD_RULE, "tags": ["a", "b", "a"]})
     out.append({**GOOD_RULE, "tags": ["a b"]})
+    for name in ("a", "a_1", "A", "1a", "_a", "a-b", "a" * 40, "a" * 41, "é"):
+        out.append({**GOOD_RULE, "let": {name: "1"}})
+    out.append({**GOOD_RULE, "let": {"a": 1}})
+    out.append({**GOOD_RULE, "let": {f"n{i}": "1" for i in range(32)}})
+    out.append({**GOOD_RULE, "let": {f"n{i}": "1" for i in range(33)}})
     return out
 
 

@@ -366,6 +366,55 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             return base.child(node.attr)
         raise InvalidExpression(f"attribute .{node.attr} is only allowed on facts")
 
+    def _eval_name(self, node: ast.Name) -> Any:
+        try:
+            value = self.names[node.id]
+        except KeyError:
+            return super()._eval_name(node)
+        if type(value) is LetValue:
+            return value.get(self)
+        return value
+
+
+class LetValue:
+    """The value of one of a rule's ``let:`` names for one subject: worked out where it is first
+    read (so a name only a message uses costs nothing on a pass, and one whose facts are
+    unavailable makes unknown only what reads it, as the expression written out in place would),
+    then remembered for the other reads of that subject, an exception included."""
+
+    __slots__ = ("expression", "state", "value")
+
+    _UNREAD, _KNOWN, _RAISED, _BUSY = range(4)
+
+    def __init__(self, expression: Expression) -> None:
+        self.expression = expression
+        self.state = self._UNREAD
+        self.value: Any = None
+
+    def get(self, evaluator: _Evaluator) -> Any:
+        state = self.state
+        if state == self._KNOWN:
+            return self.value
+        if state == self._RAISED:
+            raise self.value.with_traceback(None)
+        if state == self._BUSY:  # the loader refuses a name that reads itself or a later one
+            raise InvalidExpression("a let: name reads itself")
+        self.state = self._BUSY
+        run, outer = evaluator._run, evaluator._free
+        evaluator._free = self.expression.free_nodes() if run is not None and run.remember else _NOTHING
+        try:
+            value = evaluator._eval(self.expression.tree)
+        except _NOT_REMEMBERED:
+            self.state = self._UNREAD
+            raise
+        except Exception as exc:
+            self.state, self.value = self._RAISED, exc
+            raise
+        finally:
+            evaluator._free = outer
+        self.state, self.value = self._KNOWN, value
+        return value
+
 
 @dataclass(frozen=True)
 class Expression:
@@ -373,12 +422,15 @@ class Expression:
 
     source: str
     tree: ast.AST
+    # The fact paths it reads, in the order they appear, with those of the let: names it uses
+    # where it uses them.
     paths: tuple[str, ...]
     # ids of the nodes of ``tree`` worth remembering in a run (see RunCache) that name no subject
-    # variable; found while the expression is checked (None: found on first use).
+    # variable and no let: name; found while the expression is checked (None: found on first use).
     free: frozenset[int] | None = dataclasses.field(default=None, compare=False, repr=False)
-    # The names it reads (facts sections, the subject variable, gpus; not the helpers it calls),
-    # also found while it is checked (None: found on first use).
+    # The names it reads (facts sections, the subject variable, gpus and, through the rule's
+    # let: names it uses, what they read; not the helpers it calls), also found while it is
+    # checked (None: found on first use).
     names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def free_nodes(self) -> frozenset[int]:

@@ -85,8 +85,12 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
-    """Parse and check an expression. ``roots`` maps each name to its schema node."""
+def compile_expression(
+    source: str, roots: Mapping[str, Any], lets: Mapping[str, Expression] | None = None
+) -> Expression:
+    """Parse and check an expression. ``roots`` maps each name to its schema node; ``lets`` maps
+    the rule's let: names it may read to their compiled expressions."""
+    lets = lets or {}
     if not isinstance(source, str) or not source.strip():
         raise ExpressionError("empty expression")
     if len(source) > MAX_EXPRESSION_LENGTH:
@@ -146,10 +150,16 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
             dotted = _dotted(node)
             if dotted is None:
                 raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
-            check_path(dotted, roots)
+            head = dotted.partition(".")[0]
+            if head in lets:
+                if "." in dotted:
+                    raise ExpressionError(f"{head} is a let: name, not a fact: {dotted} is not allowed")
+                paths.extend(lets[head].paths)
+                names.update(lets[head].names_read())
+                return True  # a let: name is worked out per subject
+            check_path(dotted, roots, lets)
             if "." in dotted:
                 paths.append(dotted)
-            head = dotted.partition(".")[0]
             names.add(head)
             return head in SUBJECT_NAMES
         else:
@@ -169,15 +179,16 @@ def compile_expression(source: str, roots: Mapping[str, Any]) -> Expression:
     )
 
 
-def check_path(dotted: str, roots: Mapping[str, Any]) -> None:
+def check_path(dotted: str, roots: Mapping[str, Any], lets: Mapping[str, Any] | None = None) -> None:
     parts = dotted.split(".")
     head = parts[0]
     if head not in roots:
         if head in FUNCTIONS:
             raise ExpressionError(f"{head} is a function; call it as {head}(...)")
-        suggestion = difflib.get_close_matches(head, list(roots), n=1)
+        known = [*roots, *(lets or ())]
+        suggestion = difflib.get_close_matches(head, known, n=1)
         hint = f" (did you mean {suggestion[0]}?)" if suggestion else ""
-        raise ExpressionError(f"unknown name {head!r}{hint}; names: {', '.join(sorted(roots))}")
+        raise ExpressionError(f"unknown name {head!r}{hint}; names: {', '.join(sorted(known))}")
     node = roots[head]
     walked = head
     for part in parts[1:]:

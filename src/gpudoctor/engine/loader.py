@@ -22,8 +22,8 @@ from ..findings import AREAS, Severity
 from ..schemas import validate
 from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
-from .evaluator import Expression
-from .expressions import ExpressionError, compile_expression
+from .evaluator import SUBJECT_NAMES, Expression
+from .expressions import MAX_EXPRESSION_LENGTH, ExpressionError, compile_expression
 from .helpers.registry import FUNCTIONS
 from .subjects import SUBJECT_VARIABLE
 from .templates import Template, compile_template
@@ -66,6 +66,9 @@ class Rule:
     tags: tuple[str, ...] = ()
     applies: Expression | None = None
     pass_message: Template | None = None
+    # let: names in the order they are defined, each read by the expressions and templates
+    # (and the names below it) as if written out where it is read
+    let: tuple[tuple[str, Expression], ...] = ()
     docs: str = ""
     source: str = ""
     line: int = 0
@@ -75,6 +78,7 @@ class Rule:
     def names_used(self) -> frozenset[str]:
         """Every name the rule's expressions and templates refer to (sections, subject, helpers)."""
         trees = [e.tree for e in (self.applies, self.fail_if) if e is not None]
+        trees += [expr.tree for _, expr in self.let]
         for template in (self.message, self.fix, self.pass_message):
             if template is not None:
                 trees += [expr.tree for _, expr, _ in template.parts if expr is not None]
@@ -206,9 +210,11 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
     subject = raw.get("subject", "host")
     roots = _roots(subject)
 
+    lets = _compile_lets(raw, roots, tables, path, line)
+
     def expr(key: str) -> Expression:
         try:
-            compiled = compile_expression(raw[key], roots)
+            compiled = compile_expression(raw[key], roots, lets)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         _check_tables(compiled, tables, path, line, rule_id, key)
@@ -216,7 +222,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
 
     def template(key: str) -> Template:
         try:
-            compiled = compile_template(raw[key], roots)
+            compiled = compile_template(raw[key], roots, lets)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         for _, part, _spec in compiled.parts:
@@ -239,10 +245,54 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
         refs=tuple(raw["refs"]),
         tags=tuple(raw.get("tags", ())),
         docs=raw.get("docs", ""),
+        let=tuple(lets.items()),
         source=path,
         line=line,
         raw=dict(raw),
     )
+
+
+def _compile_lets(
+    raw: Any, roots: Mapping[str, Any], tables: dict[str, Any], path: str, line: int
+) -> dict[str, Expression]:
+    """A rule's let: names, compiled in order: each may read the facts, the helpers and the names
+    above it; none may take the name of a fact root, a subject variable or a helper."""
+    rule_id = raw["id"]
+    declared = list((raw.get("let") or {}).items())
+    lets: dict[str, Expression] = {}
+    for position, (name, source) in enumerate(declared):
+        where = f"rule {rule_id}: let {name}"
+        if name in roots or name in SUBJECT_NAMES:
+            raise RuleLoadError(path, line, f"{where}: {name} is the name of facts; choose another name")
+        if name in FUNCTIONS:
+            raise RuleLoadError(path, line, f"{where}: {name} is a helper function; choose another name")
+        read = _names_in(source)
+        if name in read:
+            raise RuleLoadError(path, line, f"{where}: reads itself")
+        later = [other for other, _ in declared[position + 1 :] if other in read]
+        if later:
+            raise RuleLoadError(
+                path, line, f"{where}: reads {later[0]}, which is defined below it (a name reads only those above it)"
+            )
+        try:
+            compiled = compile_expression(source, roots, lets)
+        except ExpressionError as exc:
+            raise RuleLoadError(path, line, f"{where}: {exc}") from None
+        _check_tables(compiled, tables, path, line, rule_id, f"let {name}")
+        lets[name] = compiled
+    return lets
+
+
+def _names_in(source: Any) -> set[str]:
+    """The bare names an expression's text reads; none when it does not parse or is too long
+    (compile_expression then says why)."""
+    if not isinstance(source, str) or len(source) > MAX_EXPRESSION_LENGTH:
+        return set()
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
 _TABLE_HELPERS = ("lookup", "flag_names")

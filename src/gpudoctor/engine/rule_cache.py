@@ -56,8 +56,9 @@ from .. import __version__
 from ..inputs import STRICT_JSON
 
 # Bumped when what is stored changes shape, or what reading a rule file gives changes, so no
-# older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules).
-FORMAT = 3
+# older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules;
+# 4: a rule may hold let:).
+FORMAT = 4
 # The built-in rules and tables come to about 220 KB of JSON.
 MAX_ENTRY_BYTES = 32 << 20
 # A rule or table file larger than this is not hashed (the loader refuses it: 4 MiB).
@@ -430,7 +431,10 @@ def _member(value: Any, allowed: frozenset[str]) -> bool:
 # test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
 _RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
 _RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "fix", "why", "docs"})
-_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags"}
+_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let"}
+_LET_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_LET_NAME_MAX = 40
+_LET_MAX = 32
 _RULE_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _RULE_ID_MAX = 64
 _TITLE_MIN, _TITLE_MAX = 3, 120
@@ -470,6 +474,22 @@ def _plain_rule(raw: Any) -> bool:
         and all(_TAG.fullmatch(tag) for tag in tags)
         and _is_str_list(refs)
         and len(refs) >= 1
+        and _plain_let(raw.get("let", {}))
+    )
+
+
+def _plain_let(let: Any) -> bool:
+    """A rule's let: as the schema allows it: at most _LET_MAX names of the pattern, each an expression's text."""
+    return (
+        type(let) is dict
+        and len(let) <= _LET_MAX
+        and all(
+            type(name) is str
+            and len(name) <= _LET_NAME_MAX
+            and _LET_NAME.fullmatch(name) is not None
+            and type(source) is str
+            for name, source in let.items()
+        )
     )
 
 

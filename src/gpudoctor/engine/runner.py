@@ -33,7 +33,7 @@ from ..findings import (
     Subject,
     cut_text,
 )
-from .evaluator import DeadlineExceeded, RunCache
+from .evaluator import DeadlineExceeded, LetValue, RunCache
 from .factpaths import SECTIONS
 from .helpers.registry import bind
 from .loader import Rule, RuleSet
@@ -210,6 +210,8 @@ def evaluate_rule(
     variable = SUBJECT_VARIABLE[rule.subject]
     if variable and data is not None:
         names[variable] = wrap(data, variable, reads)
+    for name, expression in rule.let:
+        names[name] = LetValue(expression)  # worked out where first read (see LetValue)
 
     evidence_end: list[int] = []
 

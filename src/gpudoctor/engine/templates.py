@@ -8,6 +8,7 @@ format spec's width and precision are at most two digits, checked at load and ag
 
 from __future__ import annotations
 
+import ast
 import re
 import string
 from dataclasses import dataclass
@@ -181,7 +182,10 @@ def _repr_into(out: _Writer, value: Any, depth: int) -> None:
         out.write(repr(value))
 
 
-def compile_template(source: str, roots: Mapping[str, Any]) -> Template:
+def compile_template(source: str, roots: Mapping[str, Any], lets: Mapping[str, Expression] | None = None) -> Template:
+    """Parse and check a template; each placeholder is an expression (see compile_expression)
+    without a conditional: a value chosen by if/else is named under the rule's let: instead,
+    so the message reads as text."""
     if len(source) > 4 * MAX_EXPRESSION_LENGTH:
         raise ExpressionError("template too long")
     parts: list[tuple[str, Expression | None, str]] = []
@@ -200,8 +204,19 @@ def compile_template(source: str, roots: Mapping[str, Any]) -> Template:
         if not field.strip():
             raise ExpressionError("empty {} placeholder")
         try:
-            expr = compile_expression(field, roots)
+            expr = compile_expression(field, roots, lets)
         except ExpressionError as exc:
-            raise ExpressionError(f"in placeholder {{{field}}}: {exc}") from None
+            raise ExpressionError(f"in placeholder {{{_shown_field(field)}}}: {exc}") from None
+        if any(isinstance(node, ast.IfExp) for node in ast.walk(expr.tree)):
+            raise ExpressionError(
+                f"in placeholder {{{_shown_field(field)}}}: no if/else in a template; "
+                "name the value under let: and write {name}"
+            )
         parts.append((literal, expr, spec or ""))
     return Template(source=source, parts=tuple(parts))
+
+
+def _shown_field(field: str) -> str:
+    """A placeholder as an error message quotes it: on one line, cut to 60 characters."""
+    text = " ".join(field.split())
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -19,6 +19,9 @@ def cuda_visible_count(value: Any, gpus: list[Any]) -> int:
     the bus is not there for CUDA either). None (unset) exposes all of them. Otherwise CUDA takes
     the comma-separated entries in order and stops at the first invalid one (an index out of
     range, a duplicate, an unknown UUID), so "0,7,1" on a 2-GPU host exposes one GPU.
+
+    Example: cuda_visible_count("0,7,1", gpus) → 1
+    Example: cuda_visible_count(host.env.CUDA_VISIBLE_DEVICES, gpus) → 2
     """
     nvidia = [g for g in gpus if field_or_none(g, "vendor") == "nvidia" and field_or_none(g, "in_nvml") is True]
     if value is None:
@@ -58,6 +61,9 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     negative or empty entry, or a duplicate hides that GPU and, like CUDA, the runtime ignores
     the rest of the list. UUIDs cannot be checked here (NVML does not see AMD GPUs), only
     their form.
+
+    Example: amd_visible_devices_problem("0", gpus) → "index 0 does not exist: this host has 0 AMD GPU(s) (0-0)"
+    Example: amd_visible_devices_problem("GPU-zz", gpus) → "'GPU-zz' is neither an index nor a GPU- UUID"
     """
     text = value.strip()
     if text == "":
@@ -91,6 +97,9 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
     CUDA accepts comma-separated indices or UUIDs (GPU-..., MIG-...; unique
     prefixes allowed) and stops at the first invalid entry; an empty value
     hides every GPU.
+
+    Example: visible_devices_problem("0,7", gpus) → "index 7 does not exist: this host has 2 NVIDIA GPU(s) (0-1)"
+    Example: visible_devices_problem("1", gpus) → ""
     """
     text = value.strip()
     if text == "":
@@ -134,6 +143,8 @@ def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
 
     Memory-only nodes (CXL memory, HBM exposed as a node, a Grace GPU's memory) are left out:
     no process runs there, so they cannot be out of balance.
+
+    Example: gpus_per_node(gpus, numa.nodes) → [1, 1]
     """
     node_ids = []
     for node in nodes:
@@ -156,6 +167,9 @@ def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: An
     /etc/os-release spells them: "ubuntu 22.04", "rhel 9.4", "sles 15.5") to the kernel
     series ("6.8") listed for it; an empty list means the distribution's own kernel, which
     its version fixes.
+
+    Example: os_support_problem(lookup("rocm_os_support", "6.0"), "ubuntu", "22.04", "6.5.0-45-generic") → ""
+    Example: startswith(os_support_problem(lookup("rocm_os_support", "6.0"), "sles", "15.5", "6.4.0"), "kernel") → True
     """
     if not isinstance(row, Mapping) or not isinstance(row.get("os"), Mapping):
         raise ValueError("os_support_problem() needs a table row with an 'os' map")

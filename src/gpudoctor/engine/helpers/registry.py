@@ -31,16 +31,16 @@ STATIC: dict[str, Callable[..., Any]] = {
     "visible_devices_problem": devices.visible_devices_problem,
     "count_where": values.count_where,
     "values_of": values.values_of,
-    "len": len,
-    "any": any,
-    "all": all,
-    "min": min,
-    "max": max,
+    "len": values.length,
+    "any": values.any_true,
+    "all": values.all_true,
+    "min": values.smallest,
+    "max": values.largest,
     "sum": values.bounded_sum,
-    "abs": abs,
+    "abs": values.absolute,
     "int": values.bounded_int,
-    "str": str,
-    "sorted": sorted,
+    "str": values.as_text,
+    "sorted": values.in_order,
     "local_version": versions.local_version,
     "wheel_family": versions.wheel_family,
     "missing_gfx": versions.missing_gfx,
@@ -58,6 +58,31 @@ BOUND = ("lookup", "flag_names", "available", "supported", "gpu_arch", "xids_of"
 
 FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 
+# Evaluated by the evaluator itself, which must hand them the fact unevaluated
+# (evaluator._Evaluator._eval_call): their signatures and documentation, for the helpers reference.
+FORMS: dict[str, tuple[str, str]] = {
+    "available": (
+        "available(fact)",
+        """True when the fact is known, False when it is unavailable (for any reason).
+
+        A rule reads it to choose between two sources of one value, or to skip what it cannot judge.
+
+        Example: available(host.kernel_release) → True
+        Example: available(rocm.version) → False
+        """,
+    ),
+    "supported": (
+        "supported(fact)",
+        """False only when the fact is unavailable because this GPU or driver does not have it.
+
+        So a feature a GPU lacks (ECC on a GeForce card) is skipped, not unknown; a fact that could
+        not be read for another reason is still "supported".
+
+        Example: supported(gpu.temperature_c) → True
+        """,
+    ),
+}
+
 _MISSING = object()
 
 
@@ -73,7 +98,12 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
     """All functions, with those needing the run's data tables bound."""
 
     def lookup(table: str, key: Any, field: Any = None, default: Any = _MISSING) -> Any:
-        """Row of a data table by key (a field of it when given); default when absent."""
+        """A row of a data table by key, or one field of it; default when absent (an error without
+        one).
+
+        Example: lookup("cuda_driver", "12.4", "min_driver") → "550.54.14"
+        Example: lookup("cuda_driver", "99.9", "min_driver", None) → None
+        """
         if table not in tables:
             raise ValueError(f"no data table {shown(table)}")
         rows = tables[table]["rows"]
@@ -91,7 +121,10 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         raise ValueError(f"table {table!r} row {shown(key)} has no {shown(field)}")
 
     def flag_names(value: int, table: str) -> list[str]:
-        """Names of the bits set in value, from a data table of bit → name (unknown bits as hex)."""
+        """The names of the bits set in value, from a data table of bit → name (unknown bits as hex).
+
+        Example: flag_names(96, "clock_event_reasons") → ["SwThermalSlowdown", "HwThermalSlowdown"]
+        """
         if table not in tables:
             raise ValueError(f"no data table {shown(table)}")
         rows = tables[table]["rows"]
@@ -109,9 +142,12 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         return names
 
     def lookup_path(table: str, key: Any, *fields: Any) -> Any:
-        """A value nested inside a table row: lookup_path("torch_releases", "2.7", "variants",
-        "rocm6.3", "gfx") is rows["2.7"]["variants"]["rocm6.3"]["gfx"]. None when the row or any
-        step is missing (or null), so a rule can test for it; an unknown table is an error."""
+        """A value nested inside a table row: rows[key][field][field]...; None when the row or any
+        step is missing (or null), so a rule can test for it; an unknown table is an error.
+
+        Example: lookup_path("torch_releases", "2.4", "torchvision") → "0.19.1"
+        Example: lookup_path("torch_releases", "2.4", "variants", "cu999") → None
+        """
         if table not in tables:
             raise ValueError(f"no data table {shown(table)}")
         node: Any = tables[table]["rows"].get(_key_text(key))
@@ -129,6 +165,8 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         support the card (too old for it, or a branch that dropped it, or the proprietary
         module on a GPU that needs the open one) does not initialise it, so NVML never lists
         it. Unknown either way makes the rule unknown (FactUnavailable), not pass.
+
+        Example: gpu_arch(gpu) → "hopper"
         """
         arch = field_or_none(gpu, "architecture")
         if isinstance(arch, str) and arch:
@@ -154,7 +192,10 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
     def xids_of(entries: Iterable[Any], severity: str) -> list[str]:
         """Kernel-log Xid entries of one severity in the xid_errors table, as
         "Xid 79 (GPU has fallen off the bus) 2x: <last message>". An Xid the table does not
-        list counts as a warning: worth a look, not proof that the GPU is broken."""
+        list counts as a warning: worth a look, not proof that the GPU is broken.
+
+        Example: xids_of([], "error") → []
+        """
         rows = tables.get("xid_errors", {}).get("rows", {})
         out = []
         for entry in entries:

@@ -16,7 +16,11 @@ MAX_VERSION_PARTS = 16
 
 
 def version(text: Any) -> Version:
-    """Leading dotted number of a version string: "580.65.06" → 580.65.6; "6.8.0-45-generic" → 6.8.0."""
+    """The leading dotted number of a version string, comparable with < and >=.
+
+    Example: version("580.65.06") → 580.65.6
+    Example: version("6.8.0-45-generic") >= version("6.8") → True
+    """
     if isinstance(text, (int, float)):
         text = str(text)
     if not isinstance(text, str):
@@ -37,12 +41,18 @@ def version(text: Any) -> Version:
 
 
 def major(text: Any) -> int:
-    """Major number of a version: "12.4" → 12."""
+    """The major number of a version.
+
+    Example: major("12.4.131") → 12
+    """
     return version(text).major
 
 
 def minor_version(text: Any) -> str:
-    """ "major.minor" of a version: "12.4.131" → "12.4"."""
+    """"major.minor" of a version, as the data tables key CUDA and torch releases.
+
+    Example: minor_version("12.4.131") → "12.4"
+    """
     v = version(text)
     return f"{v.major}.{v.minor}"
 
@@ -69,6 +79,9 @@ def arch_supported(arch_list: Iterable[str], cc: str) -> bool:
     Machine code (sm_XY) runs on the same major with an equal or higher
     minor; PTX (compute_XY) is JIT-compiled for any GPU of capability >= X.Y.
     Architecture-specific targets (sm_90a) run only on exactly that GPU.
+
+    Example: arch_supported(["sm_80", "compute_90"], "9.0") → True
+    Example: arch_supported(["sm_80", "sm_86"], "9.0") → False
     """
     gpu = _cc_tuple(cc)
     for raw in arch_list:
@@ -88,13 +101,19 @@ def arch_supported(arch_list: Iterable[str], cc: str) -> bool:
 
 
 def sm(cc: str) -> str:
-    """Compute capability as an arch name: "9.0" → "sm_90"."""
+    """A compute capability as an arch name.
+
+    Example: sm("9.0") → "sm_90"
+    """
     maj, mino = _cc_tuple(cc)
     return f"sm_{maj}{mino}"
 
 
 def local_version(text: Any) -> str:
-    """The local part of a wheel version, after "+": "2.4.1+cu121" → "cu121"; "" when it has none."""
+    """The local part of a wheel version, after "+" ("" when it has none).
+
+    Example: local_version("2.4.1+cu121") → "cu121"
+    """
     if not isinstance(text, str):
         raise TypeError(f"local_version() needs a string, got {type(text).__name__}")
     return text.partition("+")[2].strip()
@@ -102,12 +121,14 @@ def local_version(text: Any) -> str:
 
 def wheel_family(text: Any) -> str:
     """Which accelerator family a torch/torchvision/torchaudio wheel was built for, from its
-    local version: "2.4.1+cu121" → "cuda12", "0.26.0+cu130" → "cuda13", "+rocm6.2.4" → "rocm6",
-    "+cpu" → "cpu", "+xpu" → "xpu"; "" when the version carries no tag (a PyPI default wheel or
-    a source build), where the family cannot be told.
+    local version: "cuda12", "cuda13", "rocm6", "cpu", "xpu"; "" when the version carries no tag
+    (a PyPI default wheel or a source build), where the family cannot be told.
 
     The CUDA tag is the major and minor run together with the minor as its last digit
     (cu92, cu118, cu130), so the major is everything but the last digit.
+
+    Example: wheel_family("2.4.1+cu121") → "cuda12"
+    Example: wheel_family("2.7.0+rocm6.3") → "rocm6"
     """
     tag = local_version(text).lower()
     digits = re.fullmatch(r"cu(\d+)", tag)
@@ -129,7 +150,10 @@ def _gfx_base(name: Any) -> str:
 
 def missing_gfx(targets: Iterable[Any], arch_list: Iterable[Any]) -> list[str]:
     """The GPU targets (gfx names) that a ROCm build's arch list has no code for, in order,
-    each once; target features after ":" are ignored on both sides."""
+    each once; target features after ":" are ignored on both sides.
+
+    Example: missing_gfx(["gfx1100", "gfx90a:sramecc+:xnack-"], ["gfx90a"]) → ["gfx1100"]
+    """
     built = {_gfx_base(a) for a in arch_list}
     out: list[str] = []
     for target in targets:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from ..findings import AREAS, Severity
+from ..findings import Severity
 from ..schemas import validate
 from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
@@ -342,12 +342,12 @@ def load_rules(
     if include_plugins:
         dirs.extend(d for _, d in entry_point_dirs())
     dirs.extend(Path(d) for d in extra_dirs)
-    from . import rule_cache
+    from . import cached_rules, rule_cache
 
     files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
     files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
     cache_key = rule_cache.key(dirs, files)  # a hash of the files' bytes; None: no caching
-    cached = _compiled(rule_cache.load_rules(cache_key))
+    cached = _compiled(cached_rules.load_rules(cache_key))
     if cached is not None:
         return cached
     ruleset = _load_uncached(dirs)
@@ -355,12 +355,12 @@ def load_rules(
     if cache_key is not None and loaded == {str(p) for p in files} and rule_cache.key(dirs, files) == cache_key:
         # only if no file changed, came or went meanwhile
         rules = [(rule.raw, rule.source, rule.line) for rule in ruleset.rules]
-        rule_cache.store_rules(cache_key, rule_cache.Entry(ruleset.tables, rules, ruleset.sources))
+        cached_rules.store_rules(cache_key, cached_rules.Entry(ruleset.tables, rules, ruleset.sources))
     return ruleset
 
 
 def _compiled(entry: Any) -> RuleSet | None:
-    """The rule set a cache entry (rule_cache.Entry) holds, every rule compiled, and so checked,
+    """The rule set a cache entry (cached_rules.Entry) holds, every rule compiled, and so checked,
     again as a rule file's is; None when anything in it is refused."""
     if entry is None:
         return None
@@ -436,6 +436,3 @@ def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
                 errors.append(str(exc))
     return count, errors
 
-
-ALLOWED_AREAS = tuple(AREAS)
-ALLOWED_FUNCTIONS = FUNCTIONS

@@ -28,7 +28,6 @@ from ..findings import (
     TIMEOUT_CAUSE,
     Finding,
     ReportBudget,
-    Severity,
     Status,
     Subject,
     cut_text,
@@ -38,7 +37,6 @@ from .factpaths import SECTIONS
 from .helpers.registry import bind
 from .loader import Rule, RuleSet
 from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
-from .templates import format_value
 from .views import FactUnavailable, section_views, wrap
 
 
@@ -327,8 +325,4 @@ def run_rules(
     return findings
 
 
-def severity_from(text: str) -> Severity:
-    return Severity(text)
-
-
-__all__ = ["run_rules", "select", "evaluate_rule", "format_value"]
+__all__ = ["run_rules", "select", "evaluate_rule"]

@@ -148,6 +148,8 @@ def test_the_built_in_rules_read_as_one_idea_per_line():
         ({"a": "host.cpu_cuont"}, "let a: unknown fact host.cpu_cuont (did you mean host.cpu_count?)"),
         ({"a": "lookup('nope', 1)"}, "let a: no data table 'nope'"),
         ({"a": "__import__('os')"}, "let a: call of '__import__' is not allowed"),
+        ({"if": "1"}, "let if: if is a Python keyword"),
+        ({f"n{i}": f"[n{i - 1}]" if i else "[1]" for i in range(30)}, "nested deeper than 24 levels with the let:"),
     ],
 )
 def test_a_bad_name_is_refused_naming_file_rule_and_line(tmp_path, let, needle):

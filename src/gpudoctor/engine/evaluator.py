@@ -432,6 +432,8 @@ class Expression:
     # let: names it uses, what they read; not the helpers it calls), also found while it is
     # checked (None: found on first use).
     names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # How deeply its tree nests, with the let: names it reads written out in place.
+    depth: int = dataclasses.field(default=0, compare=False, repr=False)
 
     def free_nodes(self) -> frozenset[int]:
         free = self.free

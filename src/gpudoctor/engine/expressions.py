@@ -105,11 +105,13 @@ def compile_expression(
     paths: list[str] = []
     free: set[int] = set()  # see Expression.free
     names: set[str] = set()  # see Expression.names
+    deepest = [0]  # see Expression.depth
 
     def visit(node: ast.AST, depth: int) -> bool:
         """Check the node; True when it names the subject variable (is not the same for every subject)."""
         if depth > MAX_DEPTH:
             raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
+        deepest[0] = max(deepest[0], depth)
         if not isinstance(node, ALLOWED_NODES):
             raise ExpressionError(f"{type(node).__name__} is not allowed in rule expressions")
         if isinstance(node, ast.Constant):
@@ -154,6 +156,12 @@ def compile_expression(
             if head in lets:
                 if "." in dotted:
                     raise ExpressionError(f"{head} is a let: name, not a fact: {dotted} is not allowed")
+                reach = depth + lets[head].depth  # as deep as the name's expression written out here
+                if reach > MAX_DEPTH:
+                    raise ExpressionError(
+                        f"expression nested deeper than {MAX_DEPTH} levels with the let: names it reads written out"
+                    )
+                deepest[0] = max(deepest[0], reach)
                 paths.extend(lets[head].paths)
                 names.update(lets[head].names_read())
                 return True  # a let: name is worked out per subject
@@ -176,6 +184,7 @@ def compile_expression(
         paths=tuple(dict.fromkeys(paths)),
         free=frozenset(free),
         names=frozenset(names),
+        depth=deepest[0],
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import keyword
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,6 +267,8 @@ def _compile_lets(
             raise RuleLoadError(path, line, f"{where}: {name} is the name of facts; choose another name")
         if name in FUNCTIONS:
             raise RuleLoadError(path, line, f"{where}: {name} is a helper function; choose another name")
+        if keyword.iskeyword(name):
+            raise RuleLoadError(path, line, f"{where}: {name} is a Python keyword; choose another name")
         read = _names_in(source)
         if name in read:
             raise RuleLoadError(path, line, f"{where}: reads itself")

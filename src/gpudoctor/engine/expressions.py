@@ -111,7 +111,8 @@ def compile_expression(
         """Check the node; True when it names the subject variable (is not the same for every subject)."""
         if depth > MAX_DEPTH:
             raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
-        deepest[0] = max(deepest[0], depth)
+        if depth > deepest[0]:
+            deepest[0] = depth
         if not isinstance(node, ALLOWED_NODES):
             raise ExpressionError(f"{type(node).__name__} is not allowed in rule expressions")
         if isinstance(node, ast.Constant):

@@ -269,17 +269,18 @@ def _compile_lets(
             raise RuleLoadError(path, line, f"{where}: {name} is a helper function; choose another name")
         if keyword.iskeyword(name):
             raise RuleLoadError(path, line, f"{where}: {name} is a Python keyword; choose another name")
-        read = _names_in(source)
-        if name in read:
-            raise RuleLoadError(path, line, f"{where}: reads itself")
-        later = [other for other, _ in declared[position + 1 :] if other in read]
-        if later:
-            raise RuleLoadError(
-                path, line, f"{where}: reads {later[0]}, which is defined below it (a name reads only those above it)"
-            )
         try:
             compiled = compile_expression(source, roots, lets)
         except ExpressionError as exc:
+            # A name not defined yet is unknown to compile_expression: say which order is wrong.
+            read = _names_in(source)
+            if name in read:
+                raise RuleLoadError(path, line, f"{where}: reads itself") from None
+            later = [other for other, _ in declared[position + 1 :] if other in read]
+            if later:
+                raise RuleLoadError(
+                    path, line, f"{where}: reads {later[0]}, which is defined below it (a name reads only those above)"
+                ) from None
             raise RuleLoadError(path, line, f"{where}: {exc}") from None
         _check_tables(compiled, tables, path, line, rule_id, f"let {name}")
         lets[name] = compiled

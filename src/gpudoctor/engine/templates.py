@@ -207,7 +207,8 @@ def compile_template(source: str, roots: Mapping[str, Any], lets: Mapping[str, E
             expr = compile_expression(field, roots, lets)
         except ExpressionError as exc:
             raise ExpressionError(f"in placeholder {{{_shown_field(field)}}}: {exc}") from None
-        if any(isinstance(node, ast.IfExp) for node in ast.walk(expr.tree)):
+        # (no walk where the text has no "if": most placeholders, and the keyword is always ASCII)
+        if "if" in field and any(isinstance(node, ast.IfExp) for node in ast.walk(expr.tree)):
             raise ExpressionError(
                 f"in placeholder {{{_shown_field(field)}}}: no if/else in a template; "
                 "name the value under let: and write {name}"

@@ -77,15 +77,9 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
             return f"{cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
-            if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
-                if entry.startswith("-"):
-                    return f"{cut(entry)} is negative"
-                return f"index {cut(entry)} does not exist: this host has {count} AMD GPU(s) (0-{max(count - 1, 0)})"
-            idx = int(entry)
-            if idx < 0:
-                return f"{entry} is negative"
-            if idx >= count:
-                return f"index {idx} does not exist: this host has {count} AMD GPU(s) (0-{max(count - 1, 0)})"
+            problem = _index_problem(entry, count, "AMD", "is negative")
+            if problem:
+                return problem
         elif not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
             return f"{shown(entry)} is neither an index nor a GPU- UUID"
     return ""
@@ -115,17 +109,9 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
             return f"{cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
-            if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
-                if entry.startswith("-"):
-                    return f"{cut(entry)} is negative: CUDA ignores it and every entry after it"
-                return (
-                    f"index {cut(entry)} does not exist: this host has {count} NVIDIA GPU(s) (0-{max(count - 1, 0)})"
-                )
-            idx = int(entry)
-            if idx < 0:
-                return f"{entry} is negative: CUDA ignores it and every entry after it"
-            if idx >= count:
-                return f"index {idx} does not exist: this host has {count} NVIDIA GPU(s) (0-{max(count - 1, 0)})"
+            problem = _index_problem(entry, count, "NVIDIA", "is negative: CUDA ignores it and every entry after it")
+            if problem:
+                return problem
         elif entry.startswith(("GPU-", "MIG-")):
             if entry.startswith("GPU-") and uuids:
                 matches = [u for u in uuids if u.startswith(entry)]
@@ -182,4 +168,19 @@ def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: An
         series = minor_version(kernel_release)
         if series not in [str(k) for k in kernels]:
             return f"kernel {kernel_release} is not a listed kernel for {key} ({', '.join(str(k) for k in kernels)})"
+    return ""
+
+
+def _index_problem(entry: str, count: int, vendor: str, negative: str) -> str:
+    """What is wrong with an index entry of a visible-devices list ("" when nothing) on a host with
+    ``count`` GPUs of the vendor; ``negative`` says what a negative index means to the runtime."""
+    if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
+        if entry.startswith("-"):
+            return f"{cut(entry)} {negative}"
+        return f"index {cut(entry)} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+    idx = int(entry)
+    if idx < 0:
+        return f"{entry} {negative}"
+    if idx >= count:
+        return f"index {idx} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
     return ""

@@ -33,7 +33,7 @@ def test_no_directory_is_no_tables(tmp_path):
     "files, needle",
     [
         ({"t.yaml": "name: t\ndescription: x\nrows: {a: 1}\n"}, "t.yaml:1: data table: top level: must contain"),
-        ({"a.yaml": TABLE.format(name="t"), "b.yaml": TABLE.format(name="t")}, "b.yaml:1: duplicate data table name 't'"),
+        ({"a.yaml": TABLE.format(name="t"), "b.yaml": TABLE.format(name="t")}, "b.yaml:1: duplicate data table"),
         ({"t.yaml": "name: t\nname: u\n"}, "t.yaml:2: "),
     ],
 )

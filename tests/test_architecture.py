@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("advice", ("gpudoctor.advice",)),
     ("measure", ("gpudoctor.bench", "gpudoctor.preflight", "gpudoctor.fleet")),
     ("render", ("gpudoctor.render",)),
-    ("cli", ("gpudoctor.cli", "gpudoctor.commands", "gpudoctor.__main__")),
+    ("cli", ("gpudoctor.cli", "gpudoctor.__main__")),
 ]
 GENERATED = ("_validate_",)
 

@@ -6,7 +6,7 @@ findings may hold is bounded here and enforced by the runner (engine/runner.py):
 
 - every rendered message and fix, and every detail, at most :data:`MAX_TEXT_CHARS` (4 KiB)
   characters; the rest is cut with a visible marker, ``' … [cut: N more characters]'``
-  (message templates are cut while they render: engine/expressions.py ``Template.render``);
+  (message templates are cut while they render: engine/templates.py ``Template.render``);
 - a subject's label, bus id and uuid, a title and a cause, at most :data:`MAX_LABEL_CHARS`;
 - at most :data:`MAX_EVIDENCE_ITEMS` (64) facts as evidence per finding, the rest counted in a
   last ``("…", "[cut: N more facts read]")`` entry; an evidence string is cut like a message and

@@ -8,29 +8,19 @@ import pytest
 from simpleeval import IterableTooLong
 
 from gpudoctor.engine import factpaths
-from gpudoctor.engine.expressions import (
-    ExpressionError,
-    FactUnavailable,
-    compile_expression,
-    compile_template,
-    section_views,
-    wrap,
-)
-from gpudoctor.engine.helpers import (
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
+from gpudoctor.engine.helpers.devices import (
     amd_visible_devices_problem,
-    arch_supported,
-    bind,
     cuda_visible_count,
-    env_set,
-    filter_by,
     gpus_per_node,
-    local_version,
-    missing_gfx,
     os_support_problem,
-    version,
     visible_devices_problem,
-    wheel_family,
 )
+from gpudoctor.engine.helpers.registry import bind
+from gpudoctor.engine.helpers.values import env_set, filter_by
+from gpudoctor.engine.helpers.versions import arch_supported, local_version, missing_gfx, version, wheel_family
+from gpudoctor.engine.templates import compile_template
+from gpudoctor.engine.views import FactUnavailable, section_views, wrap
 from gpudoctor.facts import Unavailable
 
 ROOTS = dict(factpaths.section_roots())

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.engine import loader, rule_cache
-from gpudoctor.engine.expressions import Expression, Template
+from gpudoctor.engine import cached_rules, loader, rule_cache
+from gpudoctor.engine.evaluator import Expression
 from gpudoctor.engine.loader import Rule, RuleSet, load_rules
+from gpudoctor.engine.templates import Template
 
 RULE = """\
 - id: cached-check
@@ -191,28 +192,37 @@ def test_the_hand_checks_know_every_constraint_of_the_schemas():
     # bump rule_cache.FORMAT if what an entry holds changes), then update the expectations here.
     rules = _schema_props("rules")
     assert rules["additionalProperties"] is False
-    assert set(rules["properties"]) == rule_cache._RULE_FIELDS
-    assert set(rules["required"]) == rule_cache._RULE_REQUIRED
+    assert set(rules["properties"]) == cached_rules._RULE_FIELDS
+    assert set(rules["required"]) == cached_rules._RULE_REQUIRED
     props = rules["properties"]
     constraints = {
         name: {k: v for k, v in spec.items() if k not in ("description", "default")} for name, spec in props.items()
     }
     assert constraints == {
-        "id": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$", "maxLength": rule_cache._RULE_ID_MAX},
-        "title": {"type": "string", "minLength": rule_cache._TITLE_MIN, "maxLength": rule_cache._TITLE_MAX},
-        "area": {"enum": sorted(rule_cache._AREAS, key=props["area"]["enum"].index)},
-        "severity": {"enum": sorted(rule_cache._SEVERITIES, key=props["severity"]["enum"].index)},
-        "subject": {"enum": sorted(rule_cache._SUBJECTS, key=props["subject"]["enum"].index)},
+        "id": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$", "maxLength": cached_rules._RULE_ID_MAX},
+        "title": {"type": "string", "minLength": cached_rules._TITLE_MIN, "maxLength": cached_rules._TITLE_MAX},
+        "area": {"enum": sorted(cached_rules._AREAS, key=props["area"]["enum"].index)},
+        "severity": {"enum": sorted(cached_rules._SEVERITIES, key=props["severity"]["enum"].index)},
+        "subject": {"enum": sorted(cached_rules._SUBJECTS, key=props["subject"]["enum"].index)},
         "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9-]+$"}, "uniqueItems": True},
-        **{name: {"type": "string"} for name in rule_cache._RULE_TEXTS},
+        **{name: {"type": "string"} for name in cached_rules._RULE_TEXTS},
         "refs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "let": {
+            "type": "object",
+            "maxProperties": cached_rules._LET_MAX,
+            "propertyNames": {
+                "pattern": f"^{cached_rules._LET_NAME.pattern}$",
+                "maxLength": cached_rules._LET_NAME_MAX,
+            },
+            "additionalProperties": {"type": "string"},
+        },
     }
-    assert rule_cache._RULE_ID.pattern == "[a-z0-9]+(?:-[a-z0-9]+)*" and rule_cache._TAG.pattern == "[a-z0-9-]+"
+    assert cached_rules._RULE_ID.pattern == "[a-z0-9]+(?:-[a-z0-9]+)*" and cached_rules._TAG.pattern == "[a-z0-9-]+"
 
     table = _schema_props("table")
     assert table["additionalProperties"] is False
-    assert set(table["properties"]) == rule_cache._TABLE_FIELDS
-    assert set(table["required"]) == rule_cache._TABLE_REQUIRED
+    assert set(table["properties"]) == cached_rules._TABLE_FIELDS
+    assert set(table["required"]) == cached_rules._TABLE_REQUIRED
     assert {
         name: {k: v for k, v in spec.items() if k != "description"} for name, spec in table["properties"].items()
     } == {
@@ -240,6 +250,7 @@ GOOD_RULE: dict[str, Any] = {
     "why": "w",
     "refs": ["r"],
     "docs": "d",
+    "let": {"a": "1", "b_2": "a + 1"},
 }
 GOOD_TABLE: dict[str, Any] = {
     "name": "t_1",
@@ -253,7 +264,7 @@ ODD_VALUES: list[Any] = [None, True, 0, 7, 1.5, "", "x" * 200, [], ["x", "x"], [
 
 
 def _rule_variants() -> list[dict[str, Any]]:
-    out = [dict(GOOD_RULE), {k: v for k, v in GOOD_RULE.items() if k in rule_cache._RULE_REQUIRED}]
+    out = [dict(GOOD_RULE), {k: v for k, v in GOOD_RULE.items() if k in cached_rules._RULE_REQUIRED}]
     for name in GOOD_RULE:
         out.append({k: v for k, v in GOOD_RULE.items() if k != name})  # a field missing
         for value in ODD_VALUES:
@@ -265,6 +276,11 @@ def _rule_variants() -> list[dict[str, Any]]:
     out.append({**GOOD_RULE, "extra": "field"})
     out.append({**GOOD_RULE, "tags": ["a", "b", "a"]})
     out.append({**GOOD_RULE, "tags": ["a b"]})
+    for name in ("a", "a_1", "A", "1a", "_a", "a-b", "a" * 40, "a" * 41, "é"):
+        out.append({**GOOD_RULE, "let": {name: "1"}})
+    out.append({**GOOD_RULE, "let": {"a": 1}})
+    out.append({**GOOD_RULE, "let": {f"n{i}": "1" for i in range(32)}})
+    out.append({**GOOD_RULE, "let": {f"n{i}": "1" for i in range(33)}})
     return out
 
 
@@ -287,29 +303,29 @@ def test_what_the_hand_checks_accept_the_schemas_accept():
     accepted = 0
     for raw in _rule_variants():
         ok = validate("rules", [raw]) is None
-        if rule_cache._plain_rule(raw):
+        if cached_rules._plain_rule(raw):
             accepted += 1
             assert ok, f"the cache accepts a rule the schema refuses: {raw}"
         else:
             assert not ok, f"the cache refuses a rule the schema accepts (every load would miss): {raw}"
     for table in _table_variants():
         ok = validate("table", table) is None
-        if rule_cache._plain_table(table.get("name"), {**table, "path": "/p"}):
+        if cached_rules._plain_table(table.get("name"), {**table, "path": "/p"}):
             accepted += 1
             assert ok, f"the cache accepts a table the schema refuses: {table}"
         elif "\u0662" not in str(table.get("retrieved")):  # the schema's \d takes Arabic-Indic digits
             assert not ok, f"the cache refuses a table the schema accepts: {table}"
     assert accepted > 20
-    assert not rule_cache._plain_table("t_1", dict(GOOD_TABLE)), "a table without its path"
-    assert not rule_cache._plain_table("other", {**GOOD_TABLE, "path": "/p"}), "a table under another name"
+    assert not cached_rules._plain_table("t_1", dict(GOOD_TABLE)), "a table without its path"
+    assert not cached_rules._plain_table("other", {**GOOD_TABLE, "path": "/p"}), "a table under another name"
 
 
 def test_every_built_in_rule_and_table_passes_the_hand_checks(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
     ruleset = load_rules(include_plugins=False)
     stored = json.loads(json.dumps({"rules": [r.raw for r in ruleset.rules], "tables": ruleset.tables}))
-    assert all(rule_cache._plain_rule(raw) for raw in stored["rules"])
-    assert all(rule_cache._plain_table(name, table) for name, table in stored["tables"].items())
+    assert all(cached_rules._plain_rule(raw) for raw in stored["rules"])
+    assert all(cached_rules._plain_table(name, table) for name, table in stored["tables"].items())
 
 
 WARM_LOAD = """
@@ -358,7 +374,7 @@ def test_a_table_helper_spelled_with_other_characters_is_still_checked():
     # The table check skips expressions whose text names no table helper; Python reads the
     # fullwidth "ｌookup" as lookup, so a text that is not ASCII is always walked.
     raw = {
-        **{k: v for k, v in GOOD_RULE.items() if k in rule_cache._RULE_REQUIRED},
+        **{k: v for k, v in GOOD_RULE.items() if k in cached_rules._RULE_REQUIRED},
         "fail_if": "ｌookup('nope', 1) == 1",
     }
     with pytest.raises(loader.RuleLoadError, match="no data table 'nope'"):

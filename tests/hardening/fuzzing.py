@@ -17,17 +17,20 @@ from hypothesis import HealthCheck, settings
 
 from gpudoctor.context import ProbeContext
 from gpudoctor.engine import factpaths
-from gpudoctor.engine.expressions import ExpressionError, compile_expression, compile_template, section_views, wrap
-from gpudoctor.engine.helpers import bind
-from gpudoctor.engine.loader import RuleLoadError, RuleSet, builtin_rules_dir, load_rule_file, load_tables
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
+from gpudoctor.engine.helpers.registry import bind
+from gpudoctor.engine.loader import RuleLoadError, RuleSet, load_rule_file
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.engine.subjects import gpu_subjects
+from gpudoctor.engine.templates import compile_template
+from gpudoctor.engine.views import section_views, wrap
 from gpudoctor.facts import REASONS, SnapshotError, Unavailable, load_snapshot, parse_snapshot, walk
 from gpudoctor.findings import Report, Status
 from gpudoctor.probes import host, numa, nvml, pci, toolkit, torch
 from gpudoctor.probes.files import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.render.json_report import render as render_json
 from gpudoctor.render.text import render as render_text
+from gpudoctor.tables import builtin_rules_dir, load_tables
 from tests.conftest import SNAPSHOTS, probed
 
 SCALE = int(os.environ.get("GPUDOCTOR_FUZZ_EXAMPLES", "0"))

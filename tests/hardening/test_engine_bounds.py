@@ -22,14 +22,17 @@ import pytest
 import yaml
 
 from gpudoctor import findings as findings_module
-from gpudoctor.engine import helpers
 from gpudoctor.engine import runner as runner_module
-from gpudoctor.engine.expressions import FactView, Template, compile_expression, format_value
-from gpudoctor.engine.loader import RuleSet, builtin_rules_dir, load_rule_file, load_rules, load_tables
+from gpudoctor.engine.expressions import compile_expression
+from gpudoctor.engine.helpers import common, devices, registry, values, versions
+from gpudoctor.engine.loader import RuleSet, load_rule_file, load_rules
 from gpudoctor.engine.runner import evaluate_rule, run_rules
 from gpudoctor.engine.subjects import gpu_subjects, subjects_for
+from gpudoctor.engine.templates import Template, format_value
+from gpudoctor.engine.views import FactView
 from gpudoctor.facts import parse_snapshot
 from gpudoctor.findings import MAX_TEXT_CHARS, Status
+from gpudoctor.tables import builtin_rules_dir, load_tables
 from tests.conftest import SNAPSHOTS, probed
 
 RULES = load_rules(include_plugins=False)
@@ -76,7 +79,7 @@ def rule_pack(directory: Path, rules: list[dict[str, Any]]) -> RuleSet:
 def _work(monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any]) -> dict[str, int]:
     """How many fact views the built-in rules make and how many GPU fields the helpers read."""
     counts = {"views": 0, "reads": 0}
-    real_get, real_init = helpers._get, FactView.__init__
+    real_get, real_init = common.field_or_none, FactView.__init__
 
     def counting_get(view: Any, name: str) -> Any:
         counts["reads"] += 1
@@ -87,7 +90,8 @@ def _work(monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any]) -> dict[str, i
         real_init(self, *args)
 
     with monkeypatch.context() as m:
-        m.setattr(helpers, "_get", counting_get)
+        for module in (devices, registry, values):  # each reads fields through common.field_or_none
+            m.setattr(module, "field_or_none", counting_get)
         m.setattr(FactView, "__init__", counting_init)
         run_rules(RULES, facts)
     return counts
@@ -139,7 +143,7 @@ def test_findings_and_evidence_are_those_of_one_rule_at_a_time(tmp_path: Path) -
         ],
     )
     together = run_rules(ruleset, facts)
-    functions = helpers.bind(TABLES)
+    functions = registry.bind(TABLES)
     gpus = gpu_subjects(facts)
     alone = [
         evaluate_rule(rule, subject, data, facts, gpus, functions)
@@ -275,7 +279,7 @@ def test_a_format_spec_cannot_repeat_a_value_past_the_bound() -> None:
     # the loader refuses these specs; a Template made another way must not obey them either
     for spec in (">99999999", "^99999999", "<99999999.99999999", "099999999"):
         template = Template(source="x", parts=(("a", expr, spec),))
-        text, peak = _peak_during(lambda t=template: t.render(names, helpers.bind(TABLES)))
+        text, peak = _peak_during(lambda t=template: t.render(names, registry.bind(TABLES)))
         assert len(text) <= MAX_TEXT_CHARS + MARKER_ROOM and peak < 4 << 20, spec
     # allowed specs work as format() does
     for spec, value, shown in (
@@ -405,24 +409,24 @@ def test_a_huge_device_index_is_judged_not_a_crash(variable: str) -> None:
     facts["host"]["env"] = {**facts["host"]["env"], variable: "9" * 5000}
     found = run_rules(RULES, facts)
     assert [f.rule_id for f in found if f.status is Status.ERROR] == []
-    assert helpers.cuda_visible_count("9" * 5000, []) == 0
-    problem = helpers.visible_devices_problem("9" * 5000, [])
+    assert devices.cuda_visible_count("9" * 5000, []) == 0
+    problem = devices.visible_devices_problem("9" * 5000, [])
     assert problem.startswith("index 999") and "does not exist" in problem and len(problem) < 200
-    problem = helpers.amd_visible_devices_problem("-" + "9" * 5000, [])
+    problem = devices.amd_visible_devices_problem("-" + "9" * 5000, [])
     assert "is negative" in problem and len(problem) < 200
 
 
 def test_number_helpers_refuse_huge_digit_strings_clearly() -> None:
     for call in (
-        lambda: helpers.version("1." + "2" * 5000),
-        lambda: helpers.has_bits("7" * 5000, 1),
-        lambda: helpers.sm("9" * 5000),
-        lambda: helpers.bind(TABLES)["flag_names"]("5" * 5000, "clock_event_reasons"),
+        lambda: versions.version("1." + "2" * 5000),
+        lambda: values.has_bits("7" * 5000, 1),
+        lambda: versions.sm("9" * 5000),
+        lambda: registry.bind(TABLES)["flag_names"]("5" * 5000, "clock_event_reasons"),
     ):
         with pytest.raises(ValueError, match="digits") as info:
             call()
         assert "set_int_max_str_digits" not in str(info.value) and len(str(info.value)) < 300
-    assert helpers.arch_supported(["sm_" + "9" * 5000, "sm_90"], "9.0") is True
+    assert versions.arch_supported(["sm_" + "9" * 5000, "sm_90"], "9.0") is True
 
 
 def test_a_rule_breaking_anywhere_never_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

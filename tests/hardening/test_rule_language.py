@@ -18,16 +18,12 @@ import psutil
 import pytest
 import yaml
 
-from gpudoctor.engine.expressions import (
-    MAX_VALUE_CELLS,
-    ExpressionError,
-    LimitExceeded,
-    compile_expression,
-    value_cells,
-)
-from gpudoctor.engine.loader import RuleLoadError, RuleSet, builtin_rules_dir, load_rule_file, load_tables
+from gpudoctor.engine.bounds import MAX_VALUE_CELLS, LimitExceeded, value_cells
+from gpudoctor.engine.expressions import ExpressionError, compile_expression
+from gpudoctor.engine.loader import RuleLoadError, RuleSet, load_rule_file
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.findings import Status
+from gpudoctor.tables import builtin_rules_dir, load_tables
 from tests.conftest import probed
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "unsafe_expressions.txt"

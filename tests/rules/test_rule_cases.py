@@ -8,49 +8,15 @@ unavailable; `delete:` removes keys) and optionally the subject (a GPU bus id, a
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any
-
 import pytest
-import yaml
 
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
-from gpudoctor.facts import from_jsonable
 from gpudoctor.findings import Status
 from tests.conftest import probed
+from tests.rules.cases import CASES, KINDS, apply, matches
 
-CASES_FILE = Path(__file__).with_name("cases.yaml")
-CASES: dict[str, dict[str, list[dict[str, Any]]]] = yaml.safe_load(CASES_FILE.read_text()) or {}
 RULESET = load_rules(include_plugins=False)
-KINDS = ("fail", "pass", "unknown")
-
-
-def _steps(path: str) -> list[Any]:
-    steps: list[Any] = []
-    for part in path.split("."):
-        m = re.fullmatch(r"([^\[]+)((?:\[\d+\])*)", part)
-        assert m, f"bad path {path}"
-        steps.append(m.group(1))
-        steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
-    return steps
-
-
-def apply(facts: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
-    for path, value in (case.get("set") or {}).items():
-        steps = _steps(path)
-        node: Any = facts
-        for step in steps[:-1]:
-            node = node[step]
-        node[steps[-1]] = from_jsonable(value)
-    for path in case.get("delete") or []:
-        steps = _steps(path)
-        node = facts
-        for step in steps[:-1]:
-            node = node[step]
-        del node[steps[-1]]
-    return facts
 
 
 def params():
@@ -60,19 +26,12 @@ def params():
                 yield pytest.param(rule_id, kind, case, id=f"{rule_id}-{kind}-{i}")
 
 
-def _matches(finding, subject: Any) -> bool:
-    if subject is None:
-        return True
-    s = finding.subject
-    return subject in (s.bus_id, s.label, s.kind) or (s.index is not None and subject == s.index and s.kind != "gpu")
-
-
 @pytest.mark.parametrize("rule_id, kind, case", list(params()))
 def test_rule_case(rule_id, kind, case):
     rule = RULESET.by_id(rule_id)
     assert rule is not None, f"cases.yaml names unknown rule {rule_id}"
     facts = apply(probed(case["base"]), case)
-    findings = [f for f in run_rules(RULESET, facts, [rule]) if _matches(f, case.get("subject"))]
+    findings = [f for f in run_rules(RULESET, facts, [rule]) if matches(f, case.get("subject"))]
     assert findings, f"no finding for subject {case.get('subject')}"
     statuses = [f.status for f in findings]
     for f in findings:

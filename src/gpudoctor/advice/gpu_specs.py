@@ -24,7 +24,7 @@ class SpecTableError(Exception):
 
 
 def table_path(name: str) -> Path:
-    from ..engine.loader import builtin_rules_dir
+    from ..tables import builtin_rules_dir
 
     return builtin_rules_dir() / "data" / f"{name}.yaml"
 
@@ -35,12 +35,12 @@ def specs_path() -> Path:
 
 @lru_cache(maxsize=8)
 def _load(path: str) -> dict[str, Any]:
-    from ..engine.loader import RuleLoadError, read_yaml
+    from ..inputs import InputError, load_yaml_file
     from ..schemas import validate
 
     try:
-        data = read_yaml(Path(path), "data table")
-    except RuleLoadError as exc:
+        data = load_yaml_file(Path(path), "data table")
+    except InputError as exc:
         raise SpecTableError(str(exc)) from None
     if isinstance(data, dict) and not isinstance(data.get("retrieved"), str) and data.get("retrieved") is not None:
         data["retrieved"] = str(data["retrieved"])

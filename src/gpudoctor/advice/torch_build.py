@@ -339,7 +339,7 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
                     problem = f"torch {version} needs driver ≥ {floor}; this host has {rec.inputs.driver}"
             archs = _arch_names(known(t.get("arch_list")))
             if not problem and archs:
-                from ..engine.helpers import arch_supported
+                from ..engine.helpers.versions import arch_supported
 
                 lacking = sorted({sm_name(c) for c in rec.inputs.ccs if not arch_supported(archs, c)})
                 if lacking:

@@ -25,8 +25,8 @@ _TORCH_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
 
 def load_tables() -> tuple[dict[str, Any], dict[str, Any]]:
     """(torch_releases rows, cuda_driver rows) of the built-in data tables."""
-    from ..engine.loader import builtin_rules_dir
-    from ..engine.loader import load_tables as load
+    from ..tables import builtin_rules_dir
+    from ..tables import load_tables as load
 
     tables = load(builtin_rules_dir() / "data")
     return tables["torch_releases"]["rows"], tables["cuda_driver"]["rows"]
@@ -69,13 +69,13 @@ def release_key(text: str) -> str:
 
 
 def _sass_covers(archs: Sequence[str], cc: str) -> bool:
-    from ..engine.helpers import arch_supported
+    from ..engine.helpers.versions import arch_supported
 
     return arch_supported([a for a in archs if a.startswith("sm_")], cc)
 
 
 def _ptx_covers(archs: Sequence[str], cc: str) -> bool:
-    from ..engine.helpers import arch_supported
+    from ..engine.helpers.versions import arch_supported
 
     return arch_supported([a for a in archs if a.startswith("compute_")], cc)
 

@@ -11,20 +11,23 @@ type, bad expression, unknown fact, duplicate id, unknown table) raises
 from __future__ import annotations
 
 import ast
-import datetime
 import functools
+import keyword
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from ..findings import AREAS, Severity
+from ..findings import Severity
 from ..schemas import validate
+from ..tables import builtin_rules_dir, load_tables
 from . import factpaths
-from .expressions import Expression, ExpressionError, Template, compile_expression, compile_template
-from .helpers import FUNCTIONS
+from .evaluator import SUBJECT_NAMES, Expression
+from .expressions import MAX_EXPRESSION_LENGTH, ExpressionError, compile_expression
+from .helpers.registry import FUNCTIONS
 from .subjects import SUBJECT_VARIABLE
+from .templates import Template, compile_template
 
 ENTRY_POINT_GROUP = "gpudoctor.rules"
 
@@ -64,6 +67,9 @@ class Rule:
     tags: tuple[str, ...] = ()
     applies: Expression | None = None
     pass_message: Template | None = None
+    # let: names in the order they are defined, each read by the expressions and templates
+    # (and the names below it) as if written out where it is read
+    let: tuple[tuple[str, Expression], ...] = ()
     docs: str = ""
     source: str = ""
     line: int = 0
@@ -73,6 +79,7 @@ class Rule:
     def names_used(self) -> frozenset[str]:
         """Every name the rule's expressions and templates refer to (sections, subject, helpers)."""
         trees = [e.tree for e in (self.applies, self.fail_if) if e is not None]
+        trees += [expr.tree for _, expr in self.let]
         for template in (self.message, self.fix, self.pass_message):
             if template is not None:
                 trees += [expr.tree for _, expr, _ in template.parts if expr is not None]
@@ -97,15 +104,6 @@ class RuleSet:
             if rule.id == rule_id:
                 return rule
         return None
-
-
-def builtin_rules_dir() -> Path:
-    """The rules shipped in the wheel (gpudoctor/rules), else the repo's rules/ (editable install)."""
-    here = Path(__file__).resolve().parent.parent
-    packaged = here / "rules"
-    if packaged.is_dir():
-        return packaged
-    return here.parent.parent / "rules"
 
 
 def entry_point_dirs() -> list[tuple[str, Path]]:
@@ -169,23 +167,14 @@ def _rule_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
 
 
-def load_tables(directory: Path) -> dict[str, Any]:
-    tables: dict[str, Any] = {}
-    if not directory.is_dir():
-        return tables
-    for path in sorted(directory.glob("*.yaml")):
-        data = read_yaml(path, "data table")
-        if isinstance(data, dict) and isinstance(data.get("retrieved"), datetime.date):
-            data["retrieved"] = data["retrieved"].isoformat()  # YAML reads unquoted dates as dates
-        problem = validate("table", data)
-        if problem:
-            raise RuleLoadError(str(path), getattr(data, "line", None), f"data table: {problem}")
-        name = data["name"]
-        if name in tables:
-            raise RuleLoadError(str(path), data.line, f"duplicate data table name {name!r}")
-        rows = {str(k): v for k, v in data["rows"].items()}
-        tables[name] = {**data, "rows": rows, "path": str(path)}
-    return tables
+def _tables(directory: Path) -> dict[str, Any]:
+    """The data tables in ``directory`` (gpudoctor.tables), a problem reported as a rule file's is."""
+    from ..inputs import InputError
+
+    try:
+        return load_tables(directory)
+    except InputError as exc:
+        raise RuleLoadError(exc.path, exc.line, exc.message) from None
 
 
 def _item_line(data: Any, problem: str) -> int | None:
@@ -222,9 +211,11 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
     subject = raw.get("subject", "host")
     roots = _roots(subject)
 
+    lets = _compile_lets(raw, roots, tables, path, line)
+
     def expr(key: str) -> Expression:
         try:
-            compiled = compile_expression(raw[key], roots)
+            compiled = compile_expression(raw[key], roots, lets)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         _check_tables(compiled, tables, path, line, rule_id, key)
@@ -232,7 +223,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
 
     def template(key: str) -> Template:
         try:
-            compiled = compile_template(raw[key], roots)
+            compiled = compile_template(raw[key], roots, lets)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         for _, part, _spec in compiled.parts:
@@ -255,10 +246,57 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
         refs=tuple(raw["refs"]),
         tags=tuple(raw.get("tags", ())),
         docs=raw.get("docs", ""),
+        let=tuple(lets.items()),
         source=path,
         line=line,
         raw=dict(raw),
     )
+
+
+def _compile_lets(
+    raw: Any, roots: Mapping[str, Any], tables: dict[str, Any], path: str, line: int
+) -> dict[str, Expression]:
+    """A rule's let: names, compiled in order: each may read the facts, the helpers and the names
+    above it; none may take the name of a fact root, a subject variable or a helper."""
+    rule_id = raw["id"]
+    declared = list((raw.get("let") or {}).items())
+    lets: dict[str, Expression] = {}
+    for position, (name, source) in enumerate(declared):
+        where = f"rule {rule_id}: let {name}"
+        if name in roots or name in SUBJECT_NAMES:
+            raise RuleLoadError(path, line, f"{where}: {name} is the name of facts; choose another name")
+        if name in FUNCTIONS:
+            raise RuleLoadError(path, line, f"{where}: {name} is a helper function; choose another name")
+        if keyword.iskeyword(name):
+            raise RuleLoadError(path, line, f"{where}: {name} is a Python keyword; choose another name")
+        try:
+            compiled = compile_expression(source, roots, lets)
+        except ExpressionError as exc:
+            # A name not defined yet is unknown to compile_expression: say which order is wrong.
+            read = _names_in(source)
+            if name in read:
+                raise RuleLoadError(path, line, f"{where}: reads itself") from None
+            later = [other for other, _ in declared[position + 1 :] if other in read]
+            if later:
+                raise RuleLoadError(
+                    path, line, f"{where}: reads {later[0]}, which is defined below it (a name reads only those above)"
+                ) from None
+            raise RuleLoadError(path, line, f"{where}: {exc}") from None
+        _check_tables(compiled, tables, path, line, rule_id, f"let {name}")
+        lets[name] = compiled
+    return lets
+
+
+def _names_in(source: Any) -> set[str]:
+    """The bare names an expression's text reads; none when it does not parse or is too long
+    (compile_expression then says why)."""
+    if not isinstance(source, str) or len(source) > MAX_EXPRESSION_LENGTH:
+        return set()
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
 _TABLE_HELPERS = ("lookup", "flag_names")
@@ -308,25 +346,46 @@ def load_rules(
     if include_plugins:
         dirs.extend(d for _, d in entry_point_dirs())
     dirs.extend(Path(d) for d in extra_dirs)
-    from . import rule_cache
+    from . import cached_rules, rule_cache
 
     files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
     files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
     cache_key = rule_cache.key(dirs, files)  # a hash of the files' bytes; None: no caching
-    cached = rule_cache.load_ruleset(cache_key)
+    cached = _compiled(cached_rules.load_rules(cache_key))
     if cached is not None:
         return cached
     ruleset = _load_uncached(dirs)
     loaded = {*ruleset.sources, *(table["path"] for table in ruleset.tables.values())}
     if cache_key is not None and loaded == {str(p) for p in files} and rule_cache.key(dirs, files) == cache_key:
-        rule_cache.store_ruleset(cache_key, ruleset)  # only if no file changed, came or went meanwhile
+        # only if no file changed, came or went meanwhile
+        rules = [(rule.raw, rule.source, rule.line) for rule in ruleset.rules]
+        cached_rules.store_rules(cache_key, cached_rules.Entry(ruleset.tables, rules, ruleset.sources))
     return ruleset
+
+
+def _compiled(entry: Any) -> RuleSet | None:
+    """The rule set a cache entry (cached_rules.Entry) holds, every rule compiled, and so checked,
+    again as a rule file's is; None when anything in it is refused."""
+    if entry is None:
+        return None
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    try:
+        for raw, source, _line in entry.rules:
+            rule = compile_rule(raw, source, entry.tables)
+            if rule.id in seen:
+                return None
+            seen.add(rule.id)
+            rules.append(rule)
+    except Exception:  # noqa: BLE001 - a compile error, a wrong type deep inside: load the files instead
+        return None
+    return RuleSet(rules=rules, tables=entry.tables, sources=list(entry.sources))
 
 
 def _load_uncached(dirs: list[Path]) -> RuleSet:
     tables: dict[str, Any] = {}
     for directory in dirs:
-        for name, table in load_tables(directory / "data").items():
+        for name, table in _tables(directory / "data").items():
             if name in tables:
                 raise RuleLoadError(table["path"], None, f"data table {name!r} also defined in {tables[name]['path']}")
             tables[name] = table
@@ -353,14 +412,14 @@ def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
     """Validate rule files or directories (for `gpudoctor rules validate`). Returns (rule count, errors)."""
     errors: list[str] = []
     count = 0
-    builtin_tables = load_tables(builtin_rules_dir() / "data")
+    builtin_tables = _tables(builtin_rules_dir() / "data")
     for raw_path in paths:
         path = Path(raw_path)
         files = _rule_files(path) if path.is_dir() else [path]
         tables = dict(builtin_tables)
         if path.is_dir():
             try:
-                tables.update(load_tables(path / "data"))
+                tables.update(_tables(path / "data"))
             except RuleLoadError as exc:
                 errors.append(str(exc))
                 continue
@@ -381,6 +440,3 @@ def validate_paths(paths: Iterable[str]) -> tuple[int, list[str]]:
                 errors.append(str(exc))
     return count, errors
 
-
-ALLOWED_AREAS = tuple(AREAS)
-ALLOWED_FUNCTIONS = FUNCTIONS

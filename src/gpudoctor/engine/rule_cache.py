@@ -4,14 +4,13 @@ two thirds of loading the rules) when no rule file changed.
 What is cached is plain data: for every rule, the mapping its rule file held (after schema
 validation), with the file and line it came from; every data table; the list of rule files. It
 is stored as JSON, which cannot run code when read (and whose integers are bounded as the YAML
-reader bounds them). Loading an entry checks its shape and every field of every rule and table
-against what their schemas allow (by hand, _plain_rule and _plain_table: as strict as the
-schema, without importing and running the JSON-schema validators: 3 of the 23 ms a cached
-load took), and compiles every expression and template again through compile_rule (the same
-checks as for a rule file: syntax and node types, fact paths, no dunders, helper calls only,
-limits, tables), so an entry can hold nothing that a rule file could not; anything odd is a
-miss. Nothing compiled is stored: what makes an expression safe to evaluate is always decided
-again from its text.
+reader bounds them). This module stores and finds entries; engine.cached_rules says what an
+entry holds and checks its shape and every field of every rule and table against what their
+schemas allow when it is read back; the loader then compiles every expression and template
+again through compile_rule (the same checks as for a rule file: syntax and node types, fact
+paths, no dunders, helper calls only, limits, tables), so an entry can hold nothing that a rule
+file could not; anything odd is a miss. Nothing compiled is stored: what makes an expression
+safe to evaluate is always decided again from its text.
 
 The key is a hash of the bytes of every rule and table file (and their paths), the gpudoctor
 version, this cache's FORMAT and the Python version, so any edit invalidates it, even one that
@@ -49,17 +48,15 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from .. import __version__
 from ..inputs import STRICT_JSON
 
-if TYPE_CHECKING:
-    from .loader import RuleSet
-
 # Bumped when what is stored changes shape, or what reading a rule file gives changes, so no
-# older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules).
-FORMAT = 3
+# older entry is read (3: JSON of the parsed rules and tables, not a pickle of compiled rules;
+# 4: a rule may hold let:).
+FORMAT = 4
 # The built-in rules and tables come to about 220 KB of JSON.
 MAX_ENTRY_BYTES = 32 << 20
 # A rule or table file larger than this is not hashed (the loader refuses it: 4 MiB).
@@ -374,148 +371,3 @@ def _prune(dir_fd: int) -> None:
                 os.unlink(name, dir_fd=dir_fd)
         except OSError:
             continue
-
-
-# ---------------------------------------------------------------------------
-# Rule sets
-
-
-class _Raw(dict):  # type: ignore[type-arg]
-    """A cached rule mapping with the line it was defined at, as compile_rule reads it."""
-
-    line: int = 0
-
-
-def store_ruleset(cache_key: str | None, ruleset: RuleSet) -> None:
-    """Cache what ``ruleset`` was made from: the parsed rules and tables (no compiled objects)."""
-    if cache_key is None:
-        return
-    data = {
-        "tables": ruleset.tables,
-        "rules": [{"raw": rule.raw, "source": rule.source, "line": rule.line} for rule in ruleset.rules],
-        "sources": list(ruleset.sources),
-    }
-    store(cache_key, data)
-
-
-def load_ruleset(cache_key: str | None) -> RuleSet | None:
-    """The rule set cached under ``cache_key``, checked and compiled again; None on any problem."""
-    data = load(cache_key)
-    if data is None:
-        return None
-    try:
-        return _decode(data)
-    except Exception:  # a compile error, a wrong type deep inside: load the files instead
-        return None
-
-
-def _is_str_list(value: Any) -> bool:
-    return type(value) is list and all(type(item) is str for item in value)
-
-
-def _member(value: Any, allowed: frozenset[str]) -> bool:
-    return type(value) is str and value in allowed
-
-
-# What rules.schema.json allows a rule to hold, checked by _plain_rule (tests/engine/
-# test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
-_RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
-_RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "fix", "why", "docs"})
-_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags"}
-_RULE_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_RULE_ID_MAX = 64
-_TITLE_MIN, _TITLE_MAX = 3, 120
-_AREAS = frozenset({"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env"})
-_SEVERITIES = frozenset({"error", "warning", "info"})
-_SUBJECTS = frozenset({"host", "gpu", "numa_node", "nic"})
-_TAG = re.compile(r"[a-z0-9-]+")
-# What table.schema.json allows a table to hold (the loader adds "path"), checked by _plain_table.
-_TABLE_REQUIRED = frozenset({"name", "description", "source", "retrieved", "rows"})
-_TABLE_FIELDS = _TABLE_REQUIRED | {"notes"}
-_TABLE_NAME = re.compile(r"[a-z0-9_]+")
-_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # the schema's \d also takes other scripts' digits
-
-
-def _plain_rule(raw: Any) -> bool:
-    """Is ``raw`` a rule as rules.schema.json allows one (no other field, every field of its type,
-    pattern, length and values)? What compile_rule then makes of it is checked there."""
-    if type(raw) is not dict:
-        return False
-    fields = raw.keys()
-    if not fields >= _RULE_REQUIRED or not fields <= _RULE_FIELDS:
-        return False
-    if not all(type(raw[name]) is str for name in _RULE_TEXTS & fields):
-        return False
-    rule_id, title, tags, refs = raw["id"], raw["title"], raw.get("tags", []), raw["refs"]
-    return (
-        type(rule_id) is str
-        and len(rule_id) <= _RULE_ID_MAX
-        and _RULE_ID.fullmatch(rule_id) is not None
-        and type(title) is str
-        and _TITLE_MIN <= len(title) <= _TITLE_MAX
-        and _member(raw["area"], _AREAS)
-        and _member(raw["severity"], _SEVERITIES)
-        and _member(raw.get("subject", "host"), _SUBJECTS)
-        and _is_str_list(tags)
-        and len(set(tags)) == len(tags)
-        and all(_TAG.fullmatch(tag) for tag in tags)
-        and _is_str_list(refs)
-        and len(refs) >= 1
-    )
-
-
-def _plain_table(name: str, table: Any) -> bool:
-    """Is ``table`` a data table named ``name`` as table.schema.json allows one, with its path?"""
-    if type(table) is not dict or type(table.get("path")) is not str:
-        return False
-    fields = table.keys() - {"path"}
-    if not fields >= _TABLE_REQUIRED or not fields <= _TABLE_FIELDS:
-        return False
-    source, rows, retrieved = table["source"], table["rows"], table["retrieved"]
-    return (
-        table["name"] == name
-        and type(name) is str
-        and _TABLE_NAME.fullmatch(name) is not None
-        and type(table["description"]) is str
-        and type(table.get("notes", "")) is str
-        and type(retrieved) is str
-        and _DATE.fullmatch(retrieved) is not None
-        and (type(source) is str or (_is_str_list(source) and len(source) >= 1))
-        and type(rows) is dict
-        and len(rows) >= 1
-    )
-
-
-def _decode(data: Any) -> RuleSet | None:
-    """The rule set an entry holds, or None. The rules and tables were schema-checked when the
-    files were loaded and the entry is private to this user (see the module docstring), so they
-    are checked here by hand (_plain_rule, _plain_table), as strictly and at a fraction of the
-    cost; every expression and template is compiled, and so checked, again."""
-    from .loader import RuleSet, compile_rule
-
-    if type(data) is not dict or data.keys() != {"tables", "rules", "sources"}:
-        return None
-    tables, entries, sources = data["tables"], data["rules"], data["sources"]
-    if type(tables) is not dict or type(entries) is not list or not _is_str_list(sources):
-        return None
-    if not all(_plain_table(name, table) for name, table in tables.items()):
-        return None
-    known_sources = set(sources)
-    rules = []
-    seen: set[str] = set()
-    for entry in entries:
-        if type(entry) is not dict or entry.keys() != {"raw", "source", "line"}:
-            return None
-        source, line = entry["source"], entry["line"]
-        if type(source) is not str or source not in known_sources or type(line) is not int or line < 0:
-            return None
-        if not _plain_rule(entry["raw"]):
-            return None
-        raw = _Raw(entry["raw"])
-        raw.line = line
-        rule = compile_rule(raw, source, tables)  # RuleLoadError: caught by load_ruleset
-        if rule.id in seen:
-            return None
-        seen.add(rule.id)
-        rules.append(rule)
-    return RuleSet(rules=rules, tables=tables, sources=list(sources))

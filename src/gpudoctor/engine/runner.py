@@ -5,7 +5,7 @@ rule that raises is an "error" finding and the other rules still run.
 
 Cost: the subjects, the view of the ``gpus`` list and the function table are built once per
 run, and what a rule computes independently of its subject is computed once per run
-(expressions.RunCache), so a run is linear in the number of GPUs for the built-in rules.
+(evaluator.RunCache), so a run is linear in the number of GPUs for the built-in rules.
 
 Deadline: ``run_rules(..., deadline=t)`` (a ``time.monotonic()`` value) stops judging at ``t``:
 every rule and subject not judged by then, including one cut off mid-evaluation, is an
@@ -28,16 +28,16 @@ from ..findings import (
     TIMEOUT_CAUSE,
     Finding,
     ReportBudget,
-    Severity,
     Status,
     Subject,
     cut_text,
 )
-from .expressions import DeadlineExceeded, FactUnavailable, RunCache, format_value, section_views, wrap
+from .evaluator import DeadlineExceeded, LetValue, RunCache
 from .factpaths import SECTIONS
-from .helpers import bind
+from .helpers.registry import bind
 from .loader import Rule, RuleSet
 from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
+from .views import FactUnavailable, section_views, wrap
 
 
 def select(rules: Iterable[Rule], only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Rule]:
@@ -208,6 +208,8 @@ def evaluate_rule(
     variable = SUBJECT_VARIABLE[rule.subject]
     if variable and data is not None:
         names[variable] = wrap(data, variable, reads)
+    for name, expression in rule.let:
+        names[name] = LetValue(expression)  # worked out where first read (see LetValue)
 
     evidence_end: list[int] = []
 
@@ -323,8 +325,4 @@ def run_rules(
     return findings
 
 
-def severity_from(text: str) -> Severity:
-    return Severity(text)
-
-
-__all__ = ["run_rules", "select", "evaluate_rule", "format_value"]
+__all__ = ["run_rules", "select", "evaluate_rule"]

@@ -22,6 +22,7 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
         "severity": rule.severity.value,
         "subject": rule.subject,
         "tags": list(rule.tags),
+        "let": {name: expr.source for name, expr in rule.let},
         "applies": rule.applies.source if rule.applies else None,
         "fail_if": rule.fail_if.source,
         "facts": rule.facts_used,
@@ -69,6 +70,9 @@ def show_text(rule: Rule) -> str:
         *block("Why it matters", rule.why),
         "",
     ]
+    if rule.let:
+        lines.append("Where:")
+        lines.extend(f"  {printable(name)} = {printable_lines(expr.source)}" for name, expr in rule.let)
     if rule.applies:
         lines.append(f"Applies when:  {printable_lines(rule.applies.source)}")
     lines.append(f"Fails when:    {printable_lines(rule.fail_if.source)}")

@@ -15,7 +15,7 @@ import dataclasses
 import textwrap
 from typing import Any, Callable, Mapping
 
-from ..engine.expressions import format_value
+from ..engine.templates import format_value
 from ..facts import Unavailable
 from ..findings import AREAS, Finding, Report, Severity, Status
 from .safe import printable, printable_flow

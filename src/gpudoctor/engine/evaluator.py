@@ -1,0 +1,490 @@
+"""Evaluating checked rule expressions: simpleeval, narrowed and bounded, with work shared in a run.
+
+Expressions are parsed by the standard library's ``ast`` and checked at load (engine.expressions);
+here they are evaluated by the ``simpleeval`` library (no eval/exec anywhere), with attribute
+access only on fact views and every value built bounded (engine.bounds).
+
+Within one run of the rules (a :class:`RunCache`), what does not depend on the subject is worked
+out once: a sub-expression that does not name the subject variable (``gpu``, ``node``, ``nic``),
+e.g. ``max(values_of(gpus, "nvlink_active"))`` in a GPU rule, is remembered with the facts it
+read (replayed as evidence on each later use), and a helper call over the run's ``gpus`` list
+with otherwise plain arguments is remembered by the list's identity and the arguments. So the
+work per GPU subject does not grow with the number of GPUs. The run's deadline is checked every
+few hundred nodes evaluated (:class:`DeadlineExceeded`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from packaging.version import Version
+from simpleeval import (
+    DEFAULT_OPERATORS,
+    EvalWithCompoundTypes,
+    FeatureNotAvailable,
+    InvalidExpression,
+)
+
+from .bounds import MAX_VALUE_CELLS, check_int, too_big, value_cells
+from .views import PLAIN_TYPES, FactUnavailable, FactView, UnavailableSection
+
+# The names a rule's subject is bound to: a sub-expression naming none of them is the same for
+# every subject of a run (see RunCache).
+SUBJECT_NAMES = frozenset({"gpu", "node", "nic"})
+
+# Nodes worth remembering; names, attributes and constants are cheaper to read again.
+MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript)
+
+# How many nodes are evaluated between two looks at the clock.
+_DEADLINE_TICKS = 256
+
+# Nodes whose value is built by the evaluation, so measured (see _Evaluator.cells).
+_BUILDING = frozenset({ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call})
+
+
+class DeadlineExceeded(Exception):
+    """The run's deadline passed while a rule was evaluated: the runner reports it as unknown (timeout)."""
+
+# Not remembered when a sub-expression raises them: they depend on the moment, not on the facts.
+_NOT_REMEMBERED = (DeadlineExceeded, RecursionError, MemoryError)
+
+_SEQUENCES = (str, bytes, list, tuple)
+
+# Only values this large are remembered by an evaluation (see _Evaluator.cells).
+_REMEMBER_FROM = 64
+
+
+def _safe_mod(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, bytes)):
+        # "%0999999999d" % 1 builds a gigabyte; messages use {placeholders} instead
+        raise InvalidExpression("%-formatting of strings is not allowed in rule expressions")
+    return a % b
+
+
+def _no_check(evaluator: Any, item: Any) -> None:
+    pass
+
+# simpleeval's check of a value for modules and forbidden functions (1.0.5 and later; before,
+# it had none). _Evaluator calls it for every value a node gives (see _Evaluator._eval).
+_simpleeval_check: Callable[[Any, Any], None] = getattr(EvalWithCompoundTypes, "_check_disallowed_items", _no_check)
+
+OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
+
+OPERATORS[ast.Mod] = _safe_mod
+
+
+class _Discard(list):  # type: ignore[type-arg]
+    """A reads list that keeps nothing: reads through the run's gpus list are no rule's evidence."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+class RunCache:
+    """What the evaluations of one run of the rules share (see the module docstring).
+
+    The runner makes one per run, registers the run's gpus list with :meth:`share` and sets
+    :attr:`reads` to the evidence list of each rule and subject before evaluating it: the facts
+    a remembered sub-expression read are added to it again on each use. It sets
+    :attr:`remember` to whether the rule it evaluates has more than one subject: sub-expressions
+    of a rule judged once (a host rule) are never asked for again, so they are not remembered.
+    """
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline  # a time.monotonic() value, or None
+        self.reads: list[tuple[str, Any]] = []
+        self.remember = True
+        # Nodes evaluated until the next look at the clock (carried from one evaluation to the
+        # next; without a deadline, never).
+        self.ticks = _DEADLINE_TICKS if deadline is not None else _NEVER
+        # id(node) -> (node, raised?, value or exception, reads made while evaluating it)
+        self.nodes: dict[int, tuple[ast.AST, bool, Any, tuple[tuple[str, Any], ...]]] = {}
+        # (function, arguments) -> (raised?, value or exception)
+        self.calls: dict[tuple[Any, ...], tuple[bool, Any]] = {}
+        # id -> (value, size) of run-wide values already measured and checked
+        self.known: dict[int, tuple[Any, int]] = {}
+        self.shared: dict[int, Any] = {}  # id -> list whose identity keys remembered calls
+
+    def share(self, value: list[Any]) -> list[Any]:
+        self.shared[id(value)] = value
+        self.known[id(value)] = (value, value_cells(value, 1 << 62))
+        return value
+
+    def discard(self) -> list[tuple[str, Any]]:
+        """A reads list that records nothing."""
+        return _Discard()
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DeadlineExceeded("the run's deadline passed")
+
+_NEVER = 1 << 62
+
+_NOTHING: frozenset[int] = frozenset()
+
+
+def free_nodes(tree: ast.AST) -> frozenset[int]:
+    """ids of the nodes of ``tree`` worth remembering that name no subject variable (what
+    compile_expression finds while it checks an expression)."""
+    out: set[int] = set()
+
+    def visit(node: ast.AST) -> bool:  # does it depend on the subject?
+        dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
+        for child in ast.iter_child_nodes(node):
+            dependent = visit(child) or dependent
+        if not dependent and isinstance(node, MEMO_NODES):
+            out.add(id(node))
+        return dependent
+
+    visit(tree)
+    return frozenset(out)
+
+_HASHABLE = frozenset({bool, int, float, str, type(None)})
+
+
+def _call_key(name: str, args: Sequence[Any], run: RunCache) -> tuple[Any, ...] | None:
+    """Key of a helper call over a run-wide list with plain other arguments; None for other calls."""
+    key: list[Any] = [name]
+    shared = False
+    for arg in args:
+        kind = type(arg)
+        if kind in _HASHABLE:
+            key.append((kind, arg))
+        elif id(arg) in run.shared and run.shared[id(arg)] is arg:
+            key.append(("shared", id(arg)))
+            shared = True
+        else:
+            return None
+    return tuple(key) if shared else None
+
+
+def _detached(value: Any, run: RunCache) -> bool:
+    """Can the value be handed to another rule's evaluation (it holds no fact view of this one)?"""
+    kind = type(value)
+    if kind in PLAIN_TYPES or kind is Version:
+        return True
+    if kind is list or kind is tuple:
+        hit = run.known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return True
+        return set(map(type, value)) <= PLAIN_TYPES
+    return False
+
+
+class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
+    """simpleeval with attribute access limited to FactView objects, and every value it builds
+    (by an operator, a list or tuple display, a helper call) bounded by MAX_VALUE_CELLS."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # id -> (value, size) of the large values built so far, so nothing is measured twice
+        self._sizes: dict[int, tuple[Any, int]] = {}
+        # Whether the node being evaluated builds its value (facts and constants are not
+        # measured: they are bounded by the snapshot and the rule file they come from).
+        self._builds = False
+        self.busy = False  # an evaluation is running (see _evaluator_for)
+        self._run: RunCache | None = None  # the run this evaluation belongs to, if any
+        self._free: frozenset[int] = frozenset()  # nodes of the expression worth remembering
+        self._ticks = _DEADLINE_TICKS
+
+    def cells(self, value: Any) -> int:
+        run = self._run
+        if run is not None:
+            hit = run.known.get(id(value))
+            if hit is not None and hit[0] is value:
+                if hit[1] > MAX_VALUE_CELLS:
+                    raise too_big(MAX_VALUE_CELLS)
+                return int(hit[1])
+        size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
+        if size >= _REMEMBER_FROM:
+            self._sizes[id(value)] = (value, size)
+        return size
+
+    def _check_disallowed_items(self, item: Any) -> None:
+        # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
+        # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
+        kind = type(item)
+        if kind in _NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
+            return
+        if self._builds:
+            if kind is int:
+                check_int(item)
+                return
+            self.cells(item)
+        if kind in PLAIN_TYPES:
+            return
+        run = self._run
+        if run is not None and (kind is list or kind is tuple):
+            hit = run.known.get(id(item))
+            if hit is not None and hit[0] is item:
+                return  # checked when the run first made it (the gpus list, a remembered result)
+        if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= PLAIN_TYPES:
+            return  # nothing in a flat list of plain values can be a module or a function
+        _simpleeval_check(self, item)
+
+    def _eval(self, node: ast.AST) -> Any:
+        run = self._run
+        if run is not None:
+            self._ticks -= 1
+            if self._ticks <= 0:
+                self._ticks = _DEADLINE_TICKS
+                run.check_deadline()
+            if id(node) in self._free:
+                return self._eval_remembered(node, run)
+        # = self._eval_node(node), without the call: this runs for every node evaluated
+        kind = type(node)
+        outer = self._builds
+        self._builds = kind in _BUILDING  # (children set and restore the flag before this node's check)
+        try:
+            handler = self.nodes.get(kind)
+            if handler is None:
+                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
+            value = handler(node)
+            self._check_disallowed_items(value)  # measures what the node built (see cells)
+        finally:
+            self._builds = outer
+        return value
+
+    def _eval_remembered(self, node: ast.AST, run: RunCache) -> Any:
+        """A node that names no subject variable: evaluated once per run, then replayed."""
+        hit = run.nodes.get(id(node))
+        if hit is not None and hit[0] is node:
+            _, raised, value, reads = hit
+            if reads:
+                run.reads.extend(reads)
+            if raised:
+                raise value.with_traceback(None)
+            return value
+        start = len(run.reads)
+        try:
+            value = self._eval_node(node)
+        except _NOT_REMEMBERED:
+            raise
+        except Exception as exc:
+            run.nodes[id(node)] = (node, True, exc, tuple(run.reads[start:]))
+            raise
+        if _detached(value, run):
+            run.nodes[id(node)] = (node, False, value, tuple(run.reads[start:]))
+            if type(value) in (list, tuple) and id(value) not in run.known:
+                run.known[id(value)] = (value, self.cells(value))
+        return value
+
+    def _eval_node(self, node: ast.AST) -> Any:
+        kind = type(node)
+        outer = self._builds
+        self._builds = kind in _BUILDING
+        try:
+            handler = self.nodes.get(kind)
+            if handler is None:
+                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
+            value = handler(node)
+            self._check_disallowed_items(value)
+        finally:
+            self._builds = outer
+        return value
+
+    def _eval_binop(self, node: ast.BinOp) -> Any:
+        left = self._eval(node.left)
+        right = self._eval(node.right)
+        op = type(node.op)
+        operator = self.operators.get(op)
+        if operator is None:
+            raise InvalidExpression(f"operator {op.__name__} is not allowed")
+        size = None
+        if op is ast.Mult and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
+            # A repetition is sized from its parts before it is built.
+            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+            if isinstance(count, int):
+                size = 1 + (self.cells(seq) - 1) * max(count, 0)  # one container, its items n times
+        elif op is ast.Add and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+            size = self.cells(left) + self.cells(right) - 1
+        if size is not None and size > MAX_VALUE_CELLS:
+            raise too_big(MAX_VALUE_CELLS)
+        result = operator(left, right)
+        if size is not None:
+            if size >= _REMEMBER_FROM:
+                self._sizes[id(result)] = (result, size)
+        elif isinstance(result, int) and not isinstance(result, bool):
+            check_int(result)
+        elif isinstance(result, _SEQUENCES):
+            self.cells(result)
+        return result
+
+    def _eval_call(self, node: ast.Call) -> Any:
+        # available(fact): is the fact known? supported(fact): is it anything but "not supported
+        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
+        # Both must see the fact unevaluated.
+        if isinstance(node.func, ast.Name) and node.func.id in ("available", "supported"):
+            try:
+                self._eval(node.args[0])
+            except FactUnavailable as exc:
+                if node.func.id == "available":
+                    return False
+                return exc.unavailable.reason != "not_supported"
+            return True
+        run = self._run
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        func = self.functions.get(name) if name else None
+        if run is None or func is None or node.keywords:
+            return super()._eval_call(node)
+        args = [self._eval(arg) for arg in node.args]
+        key = _call_key(name, args, run)
+        if key is None:
+            return func(*args)
+        hit = run.calls.get(key)
+        if hit is not None:
+            raised, value = hit
+            if raised:
+                raise value.with_traceback(None)
+            return value
+        try:
+            value = func(*args)
+            if type(value) in (list, tuple):
+                # measured and checked once, here (a value too large is an error each time after)
+                size = self.cells(value)
+                _simpleeval_check(self, value)
+                run.known[id(value)] = (value, size)
+        except _NOT_REMEMBERED:
+            raise
+        except Exception as exc:
+            run.calls[key] = (True, exc)
+            raise
+        run.calls[key] = (False, value)
+        return value
+
+    def _eval_attribute(self, node: ast.Attribute) -> Any:
+        base = self._eval(node.value)
+        if isinstance(base, FactView):
+            return base.child(node.attr)
+        raise InvalidExpression(f"attribute .{node.attr} is only allowed on facts")
+
+    def _eval_name(self, node: ast.Name) -> Any:
+        try:
+            value = self.names[node.id]
+        except KeyError:
+            return super()._eval_name(node)
+        if type(value) is LetValue:
+            return value.get(self)
+        return value
+
+
+class LetValue:
+    """The value of one of a rule's ``let:`` names for one subject: worked out where it is first
+    read (so a name only a message uses costs nothing on a pass, and one whose facts are
+    unavailable makes unknown only what reads it, as the expression written out in place would),
+    then remembered for the other reads of that subject, an exception included."""
+
+    __slots__ = ("expression", "state", "value")
+
+    _UNREAD, _KNOWN, _RAISED, _BUSY = range(4)
+
+    def __init__(self, expression: Expression) -> None:
+        self.expression = expression
+        self.state = self._UNREAD
+        self.value: Any = None
+
+    def get(self, evaluator: _Evaluator) -> Any:
+        state = self.state
+        if state == self._KNOWN:
+            return self.value
+        if state == self._RAISED:
+            raise self.value.with_traceback(None)
+        if state == self._BUSY:  # the loader refuses a name that reads itself or a later one
+            raise InvalidExpression("a let: name reads itself")
+        self.state = self._BUSY
+        run, outer = evaluator._run, evaluator._free
+        evaluator._free = self.expression.free_nodes() if run is not None and run.remember else _NOTHING
+        try:
+            value = evaluator._eval(self.expression.tree)
+        except _NOT_REMEMBERED:
+            self.state = self._UNREAD
+            raise
+        except Exception as exc:
+            self.state, self.value = self._RAISED, exc
+            raise
+        finally:
+            evaluator._free = outer
+        self.state, self.value = self._KNOWN, value
+        return value
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A checked, parsed expression."""
+
+    source: str
+    tree: ast.AST
+    # The fact paths it reads, in the order they appear, with those of the let: names it uses
+    # where it uses them.
+    paths: tuple[str, ...]
+    # ids of the nodes of ``tree`` worth remembering in a run (see RunCache) that name no subject
+    # variable and no let: name; found while the expression is checked (None: found on first use).
+    free: frozenset[int] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The names it reads (facts sections, the subject variable, gpus and, through the rule's
+    # let: names it uses, what they read; not the helpers it calls), also found while it is
+    # checked (None: found on first use).
+    names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # How deeply its tree nests, with the let: names it reads written out in place.
+    depth: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    def free_nodes(self) -> frozenset[int]:
+        free = self.free
+        if free is None:
+            free = free_nodes(self.tree)
+            object.__setattr__(self, "free", free)
+        return free
+
+    def names_read(self) -> frozenset[str]:
+        names = self.names
+        if names is None:
+            called = {id(n.func) for n in ast.walk(self.tree) if isinstance(n, ast.Call)}
+            names = frozenset(n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and id(n) not in called)
+            object.__setattr__(self, "names", names)
+        return names
+
+    def evaluate(
+        self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
+    ) -> Any:
+        """The expression's value; ``run``: what this run of the rules shares (see RunCache)."""
+        evaluator = _evaluator_for(functions)
+        if evaluator is None:  # in use further up this thread's stack: a fresh one
+            evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
+        evaluator.names = dict(names)
+        evaluator._sizes = {}
+        evaluator._builds = False
+        evaluator._run = run
+        if run is not None:
+            evaluator._free = self.free_nodes() if run.remember else _NOTHING
+            evaluator._ticks = run.ticks
+        evaluator.busy = True
+        try:
+            return evaluator.eval(self.source, previously_parsed=self.tree)
+        finally:
+            evaluator.busy = False
+            if run is not None:
+                run.ticks = evaluator._ticks
+                evaluator._run = None
+
+# One evaluator per thread and function table, reused from one evaluation to the next: building
+# one (simpleeval's node table, the function checks) cost more than evaluating most rules.
+_LOCAL = threading.local()
+
+
+def _evaluator_for(functions: Mapping[str, Callable[..., Any]]) -> _Evaluator | None:
+    cached = getattr(_LOCAL, "evaluator", None)
+    if cached is None or cached[0] is not functions:
+        cached = (functions, _Evaluator(operators=OPERATORS, names={}, functions=dict(functions)))
+        _LOCAL.evaluator = cached
+    evaluator: _Evaluator = cached[1]
+    return None if evaluator.busy else evaluator
+
+# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
+_NOTHING_TO_CHECK = frozenset({bool, float, type(None), FactView, UnavailableSection})

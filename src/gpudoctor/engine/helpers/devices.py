@@ -1,0 +1,186 @@
+"""Helpers that judge how the GPUs are exposed and placed: CUDA_VISIBLE_DEVICES and
+HIP_VISIBLE_DEVICES values, GPUs per NUMA node, an OS and kernel against a support table row."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+from ...facts import Unavailable
+from ..views import FactUnavailable
+from .common import MAX_NUMBER_DIGITS, cut, field_or_none, required_field, shown
+from .versions import minor_version
+
+
+def cuda_visible_count(value: Any, gpus: list[Any]) -> int:
+    """How many NVIDIA GPUs CUDA exposes under this CUDA_VISIBLE_DEVICES value.
+
+    Counted are the GPUs NVML lists (in a container, the ones it was given; a GPU that fell off
+    the bus is not there for CUDA either). None (unset) exposes all of them. Otherwise CUDA takes
+    the comma-separated entries in order and stops at the first invalid one (an index out of
+    range, a duplicate, an unknown UUID), so "0,7,1" on a 2-GPU host exposes one GPU.
+
+    Example: cuda_visible_count("0,7,1", gpus) → 1
+    Example: cuda_visible_count(host.env.CUDA_VISIBLE_DEVICES, gpus) → 2
+    """
+    nvidia = [g for g in gpus if field_or_none(g, "vendor") == "nvidia" and field_or_none(g, "in_nvml") is True]
+    if value is None:
+        return len(nvidia)
+    uuids = [u for u in (field_or_none(g, "uuid") for g in nvidia) if isinstance(u, str)]
+    seen: set[str] = set()
+    count = 0
+    for entry in (e.strip() for e in str(value).split(",")):
+        if not entry:
+            break
+        if entry.isdecimal():
+            if len(entry) > MAX_NUMBER_DIGITS or int(entry) >= len(nvidia):
+                break  # an index that long is past the last GPU (and too long for int())
+            key = f"index:{int(entry)}"
+        elif entry.startswith("GPU-"):
+            matches = [u for u in uuids if u.startswith(entry)] if uuids else [entry]
+            if len(matches) != 1:
+                break
+            key = matches[0]
+        elif entry.startswith("MIG-"):
+            key = entry
+        else:
+            break
+        if key in seen:
+            break
+        seen.add(key)
+        count += 1
+    return count
+
+
+def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
+    """What is wrong with a HIP_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES) value for the AMD GPUs
+    here ("" when nothing).
+
+    HIP takes comma-separated indices (0-based, in the runtime's enumeration of AMD GPUs) or
+    GPU UUIDs ("GPU-" followed by the hex id rocm-smi prints); an index past the last GPU, a
+    negative or empty entry, or a duplicate hides that GPU and, like CUDA, the runtime ignores
+    the rest of the list. UUIDs cannot be checked here (NVML does not see AMD GPUs), only
+    their form.
+
+    Example: amd_visible_devices_problem("0", gpus) → "index 0 does not exist: this host has 0 AMD GPU(s) (0-0)"
+    Example: amd_visible_devices_problem("GPU-zz", gpus) → "'GPU-zz' is neither an index nor a GPU- UUID"
+    """
+    text = value.strip()
+    if text == "":
+        return "it is empty, which hides every GPU from HIP"
+    count = sum(1 for g in gpus if field_or_none(g, "vendor") == "amd")
+    seen: set[str] = set()
+    for position, entry in enumerate(e.strip() for e in text.split(",")):
+        if entry == "":
+            return f"entry {position + 1} is empty"
+        if entry in seen:
+            return f"{cut(entry)} is listed twice"
+        seen.add(entry)
+        if entry.lstrip("-").isdecimal():
+            problem = _index_problem(entry, count, "AMD", "is negative")
+            if problem:
+                return problem
+        elif not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
+            return f"{shown(entry)} is neither an index nor a GPU- UUID"
+    return ""
+
+
+def visible_devices_problem(value: str, gpus: list[Any]) -> str:
+    """What is wrong with a CUDA_VISIBLE_DEVICES value for these GPUs ("" when nothing).
+
+    CUDA accepts comma-separated indices or UUIDs (GPU-..., MIG-...; unique
+    prefixes allowed) and stops at the first invalid entry; an empty value
+    hides every GPU.
+
+    Example: visible_devices_problem("0,7", gpus) → "index 7 does not exist: this host has 2 NVIDIA GPU(s) (0-1)"
+    Example: visible_devices_problem("1", gpus) → ""
+    """
+    text = value.strip()
+    if text == "":
+        return "it is empty, which hides every GPU from CUDA"
+    nvidia = [g for g in gpus if field_or_none(g, "vendor") == "nvidia"]
+    count = len(nvidia)
+    uuids = [u for u in (field_or_none(g, "uuid") for g in nvidia) if isinstance(u, str)]
+    seen: set[str] = set()
+    for position, entry in enumerate(e.strip() for e in text.split(",")):
+        if entry == "" or entry in ("NoDevFiles",):
+            return f"entry {position + 1} is empty"
+        if entry in seen:
+            return f"{cut(entry)} is listed twice"
+        seen.add(entry)
+        if entry.lstrip("-").isdecimal():
+            problem = _index_problem(entry, count, "NVIDIA", "is negative: CUDA ignores it and every entry after it")
+            if problem:
+                return problem
+        elif entry.startswith(("GPU-", "MIG-")):
+            if entry.startswith("GPU-") and uuids:
+                matches = [u for u in uuids if u.startswith(entry)]
+                if not matches:
+                    return f"{cut(entry)} matches no GPU UUID on this host"
+                if len(matches) > 1:
+                    return f"{cut(entry)} is a prefix of several GPU UUIDs"
+        else:
+            return f"{shown(entry)} is neither an index nor a GPU-/MIG- UUID"
+    return ""
+
+
+def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
+    """How many of the GPUs sit on each NUMA node that has CPUs, in node order.
+
+    Memory-only nodes (CXL memory, HBM exposed as a node, a Grace GPU's memory) are left out:
+    no process runs there, so they cannot be out of balance.
+
+    Example: gpus_per_node(gpus, numa.nodes) → [1, 1]
+    """
+    node_ids = []
+    for node in nodes:
+        # An unreadable cpulist or GPU node makes the count unknown (the rule's status too):
+        # skipping it would count that node's GPUs nowhere and report an imbalance that is not there.
+        cpus = required_field(node, "cpus")
+        node_id = required_field(node, "id")
+        if isinstance(cpus, list) and cpus and isinstance(node_id, int):
+            node_ids.append(node_id)
+    if not node_ids:
+        raise FactUnavailable("numa.nodes", Unavailable("error", "no NUMA node lists a CPU"))
+    placed = [required_field(g, "numa_node") for g in gpus]
+    return [sum(1 for n in placed if n == node_id) for node_id in node_ids]
+
+
+def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: Any) -> str:
+    """Why this OS and kernel are outside a support table row ("" when they are inside).
+
+    ``row`` is a table row with ``os``: a map of "<os-release ID> <VERSION_ID>" (as
+    /etc/os-release spells them: "ubuntu 22.04", "rhel 9.4", "sles 15.5") to the kernel
+    series ("6.8") listed for it; an empty list means the distribution's own kernel, which
+    its version fixes.
+
+    Example: os_support_problem(lookup("rocm_os_support", "6.0"), "ubuntu", "22.04", "6.5.0-45-generic") → ""
+    Example: startswith(os_support_problem(lookup("rocm_os_support", "6.0"), "sles", "15.5", "6.4.0"), "kernel") → True
+    """
+    if not isinstance(row, Mapping) or not isinstance(row.get("os"), Mapping):
+        raise ValueError("os_support_problem() needs a table row with an 'os' map")
+    listed = row["os"]
+    key = f"{str(os_id).strip().lower()} {str(os_version).strip()}"
+    if key not in listed:
+        return f"{key} is not a listed operating system (listed: {', '.join(listed)})"
+    kernels = listed[key] or []
+    if kernels:
+        series = minor_version(kernel_release)
+        if series not in [str(k) for k in kernels]:
+            return f"kernel {kernel_release} is not a listed kernel for {key} ({', '.join(str(k) for k in kernels)})"
+    return ""
+
+
+def _index_problem(entry: str, count: int, vendor: str, negative: str) -> str:
+    """What is wrong with an index entry of a visible-devices list ("" when nothing) on a host with
+    ``count`` GPUs of the vendor; ``negative`` says what a negative index means to the runtime."""
+    if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
+        if entry.startswith("-"):
+            return f"{cut(entry)} {negative}"
+        return f"index {cut(entry)} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+    idx = int(entry)
+    if idx < 0:
+        return f"{entry} {negative}"
+    if idx >= count:
+        return f"index {idx} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+    return ""

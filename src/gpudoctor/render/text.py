@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from ..engine.templates import format_value
 from ..facts import Unavailable
-from ..findings import AREAS, Finding, Report, Severity, Status
+from ..findings import AREAS, Cause, Finding, Report, Severity, Status
 from .safe import printable, printable_flow
 
 Style = Callable[..., str]
@@ -187,12 +187,10 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
         lines.append(style("Could not check", bold=True, underline=True))
         indent = " " * 10
         for cause, group in folded.items():
-            source, _, reason = cause.partition(": ")
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
-            name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch"}.get(source, source)
             lines.append(
-                f"  {status} {len(group)} checks need {printable(name)} facts, which are unavailable "
-                f"({printable(reason)})"
+                f"  {status} {len(group)} checks need {printable(cause.name)} facts, which are unavailable "
+                f"({printable(cause.said)})"
             )
             detail = max((f.detail for f in group), key=len)
             if detail:
@@ -226,12 +224,12 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
 FOLD_AT = 3
 
 
-def _shared_causes(findings: list[Finding]) -> dict[str, list[Finding]]:
+def _shared_causes(findings: list[Finding]) -> dict[Cause, list[Finding]]:
     """Unknown findings that share one cause (e.g. NVML not loaded), when there are enough of them
     to drown the report: they are said once, at the end, instead of once per check."""
-    groups: dict[str, list[Finding]] = {}
+    groups: dict[Cause, list[Finding]] = {}
     for f in findings:
-        if f.status is Status.UNKNOWN and f.cause:
+        if f.status is Status.UNKNOWN and f.cause is not None:
             groups.setdefault(f.cause, []).append(f)
     return {cause: group for cause, group in groups.items() if len(group) >= FOLD_AT}
 

@@ -55,6 +55,9 @@ def probed(name: str) -> dict[str, Any]:
 
         ctx = make_context(root=str(host_root(name)), timeout=20.0, nvml_timeout=5.0)
         _PROBED[name] = collect_all(ctx)
+        # A fixture host does not change, nor does when it was read: reports made from it (their
+        # envelope's collected_at) are the same every run, and golden files can hold them.
+        _PROBED[name]["meta"]["collected_at"] = "2026-12-01T12:00:00+00:00"
     return copy.deepcopy(_PROBED[name])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.render.gate_json import render
-from tests.conftest import SNAPSHOTS
+from tests.conftest import HOSTS, SNAPSHOTS
 from tests.preflight.helpers import cli, facts, ruleset
 
 
@@ -103,3 +104,88 @@ def test_bad_reports_exit_2_naming_the_file(capsys, tmp_path, fleet, content, ne
     assert code == 2 and str(bad) in err and needle in err and "Traceback" not in err
     code, _, err = cli(capsys, "report", "merge", str(tmp_path / "missing.json"))
     assert code == 2 and "no such file" in err
+
+
+def _check_json(capsys, tmp_path: Path, name: str, edit=None) -> str:
+    code, out, _ = cli(capsys, "check", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--format", "json")
+    data = json.loads(out)
+    if edit is not None:
+        edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_check_report_is_named_by_its_envelope_not_its_header_line(capsys, tmp_path):
+    def edit(data):
+        data["host"] = "something else entirely · 7× Other GPU"
+        data["envelope"]["host"]["hostname"] = "node-7"
+        data["envelope"]["gpus"][1]["name"] = "NVIDIA H100"
+
+    path = _check_json(capsys, tmp_path, "node-7.json", edit)
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", path)
+    node = json.loads(out)["nodes"][0]
+    assert node["node"] == "node-7" and node["gpu_models"] == {"NVIDIA H200": 1, "NVIDIA H100": 1}
+    assert node["generated_at"] == "2026-11-30T15:16:37Z"  # when its facts were read
+
+
+def test_failing_gpus_of_a_check_report_are_counted_per_model(capsys, tmp_path):
+    code, out, _ = cli(capsys, "check", "--root", str(HOSTS / "pcie-degraded"), "--format", "json")
+    data = json.loads(out)
+    data["envelope"]["gpus"][0]["name"] = "NVIDIA H100 PCIe"  # two models: the envelope says which failed
+    path = tmp_path / "degraded.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", str(path))
+    models = json.loads(out)["gpu_models"]
+    assert models["NVIDIA H100 80GB HBM3"]["failed_gpus"] == 1 and models["NVIDIA H100 PCIe"]["failed_gpus"] == 0
+
+
+def test_reports_of_older_versions_without_an_envelope_still_merge(capsys, tmp_path):
+    check = _check_json(capsys, tmp_path, "old-check.json", lambda data: data.pop("envelope"))
+    gate = json.loads(Path(gate_json(tmp_path, "pcie-degraded", "node-b")).read_text())
+    del gate["envelope"]
+    for finding in gate["findings"]:
+        finding.pop("cause")
+    old_gate = tmp_path / "old-gate.json"
+    old_gate.write_text(json.dumps(gate))
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", check, str(old_gate))
+    nodes = {n["node"]: n for n in json.loads(out)["nodes"]}
+    assert nodes["gpu-host"]["gpu_models"] == {"NVIDIA H200": 2} and nodes["gpu-host"]["generated_at"] == ""
+    assert nodes["node-b"]["gpu_models"] == {"NVIDIA H100 80GB HBM3": 2}
+    assert json.loads(out)["gpu_models"]["NVIDIA H100 80GB HBM3"]["failed_gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda env: env["host"].update(hostname=12345), "hostname"),
+        (lambda env: env["host"].update(hostname=["node-a"]), "hostname"),
+        (lambda env: env.update(gpus=env["gpus"] * 2049), "gpus"),  # 4098: more than any machine has
+        (lambda env: env["gpus"][0].update(name={"x": 1}), "name"),
+        (lambda env: env.pop("versions"), "versions"),
+    ],
+)
+def test_a_hostile_envelope_is_refused_naming_the_file(capsys, tmp_path, edit, needle):
+    path = _check_json(capsys, tmp_path, "hostile.json", lambda data: edit(data["envelope"]))
+    started = time.monotonic()
+    code, _, err = cli(capsys, "report", "merge", path)
+    assert code == 2 and path in err and "not a valid gpudoctor check report" in err and needle in err
+    assert "Traceback" not in err and time.monotonic() - started < 5
+
+
+def test_a_null_hostname_is_an_unknown_node(capsys, tmp_path):
+    path = _check_json(capsys, tmp_path, "nameless.json", lambda data: data["envelope"]["host"].update(hostname=None))
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", path)
+    assert json.loads(out)["nodes"][0]["node"] == "unknown"
+
+
+def test_a_report_with_the_most_gpus_an_envelope_holds_merges_quickly(capsys, tmp_path):
+    def edit(data):
+        row = {"bus_id": None, "uuid": None}
+        data["envelope"]["gpus"] = [{**row, "index": i, "name": f"GPU model {i % 7}"} for i in range(4096)]
+
+    path = _check_json(capsys, tmp_path, "many.json", edit)
+    started = time.monotonic()
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", path)
+    assert code == 0 and sum(json.loads(out)["nodes"][0]["gpu_models"].values()) == 4096
+    assert time.monotonic() - started < 5

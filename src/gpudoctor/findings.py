@@ -20,6 +20,11 @@ findings may hold is bounded here and enforced by the runner (engine/runner.py):
 
 Also: a finding for a rule the run had no time left for is "unknown" with cause
 ``engine: timeout`` (see ``run_rules(deadline=...)``).
+
+Causes. An unknown finding says why it could not be judged as a :class:`Cause`: the source whose
+facts were missing and the reason (``Cause("nvml", "timeout")``). Layers pass it as it is; it
+becomes words for people in :meth:`Cause.words` (and its parts, :attr:`Cause.name` and
+:attr:`Cause.said`) and JSON in :meth:`Cause.to_json`, nowhere else.
 """
 
 from __future__ import annotations
@@ -35,11 +40,6 @@ MAX_EVIDENCE_ITEMS = 64
 MAX_EVIDENCE_CELLS = 16384
 MAX_SUBJECTS_PER_RULE = 16384
 MAX_REPORT_CHARS = 64 << 20
-
-# Causes of unknown findings the engine itself gives (the others name a probe: "nvml: timeout").
-TIMEOUT_CAUSE = "engine: timeout"
-LIMIT_CAUSE = "engine: limit"
-
 
 def cut_marker(more: int) -> str:
     """What replaces the end of a text that was cut: how many characters are not shown."""
@@ -117,6 +117,65 @@ class Subject:
 HOST = Subject("host", "host")
 
 
+# How a cause's source is named in a sentence; a facts section not listed is named as it is.
+SOURCE_NAMES = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why an unknown finding could not be judged: the source whose facts were missing and why.
+
+    ``source``: a facts section (``nvml``, ``pci``, ``torch``, ...), ``engine`` (the run's time
+    limit, a rule's subject limit) or ``deep`` (the device test). ``reason``: an unavailable
+    reason (``timeout``, ``driver_not_loaded``, ``no_permission``, ...) or the engine's
+    (``timeout``, ``limit``). ``note``: a qualifier said after the reason, ``hung`` for a device
+    test step that was still running when the test stopped. Findings with the same cause are
+    folded into one line of a report, so equal causes must mean the same thing."""
+
+    source: str
+    reason: str
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        """The source as a sentence names it: "NVML", "the device test"."""
+        return SOURCE_NAMES.get(self.source, self.source)
+
+    @property
+    def said(self) -> str:
+        """The reason with its note: "timeout", "timeout (hung)"."""
+        return f"{self.reason} ({self.note})" if self.note else self.reason
+
+    def words(self) -> str:
+        """The cause for people: "NVML facts unavailable (timeout)", "the device test: not_found"."""
+        if self.source == "deep":
+            return f"{self.name}: {self.said}"
+        return f"{self.name} facts unavailable ({self.said})"
+
+    def to_json(self) -> dict[str, str]:
+        out = {"source": self.source, "reason": self.reason}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    def bounded(self) -> Cause:
+        """The cause with each part at most MAX_LABEL_CHARS (a source and a reason can come from
+        a rule pack's fact paths and a snapshot's unavailable markers)."""
+        room = MAX_LABEL_CHARS + MARKER_ROOM
+        if max(len(self.source), len(self.reason), len(self.note)) <= room:
+            return self
+        return Cause(_bound(self.source, MAX_LABEL_CHARS), _bound(self.reason, MAX_LABEL_CHARS), _bound(self.note, 64))
+
+    @property
+    def chars(self) -> int:
+        return len(self.source) + len(self.reason) + len(self.note)
+
+
+# Causes of unknown findings the engine itself gives (the others name a probe: nvml, timeout).
+TIMEOUT_CAUSE = Cause("engine", "timeout")
+LIMIT_CAUSE = Cause("engine", "limit")
+
+
 def bounded_subject(subject: Subject) -> Subject:
     """The subject with a label, bus id and uuid of at most MAX_LABEL_CHARS (they come from the facts)."""
     room = MAX_LABEL_CHARS + MARKER_ROOM
@@ -144,9 +203,9 @@ class Finding:
     docs: str = ""
     # For unknown and error findings: why the check could not be judged.
     detail: str = ""
-    # For unknown findings: the source whose facts were missing and why ("nvml: driver_not_loaded"),
-    # so a report can say once that many checks could not run for the same reason.
-    cause: str = ""
+    # For unknown findings: the source whose facts were missing and why (Cause("nvml",
+    # "driver_not_loaded")), so a report can say once that many checks could not run for it.
+    cause: Cause | None = None
 
     def to_json(self) -> dict[str, Any]:
         from .facts import to_jsonable
@@ -162,6 +221,7 @@ class Finding:
             "evidence": [{"fact": path, "value": to_jsonable(value)} for path, value in self.evidence],
             "fix": self.fix,
             "detail": self.detail,
+            "cause": self.cause.to_json() if self.cause is not None else None,
             "docs": self.docs,
         }
 
@@ -265,9 +325,10 @@ class ReportBudget:
         """The finding with every text bounded, or, once the budget is spent, with its text dropped."""
         f = finding
         f.subject = bounded_subject(f.subject)
-        if len(f.title) > MAX_LABEL_CHARS or len(f.cause) > MAX_LABEL_CHARS:
+        if len(f.title) > MAX_LABEL_CHARS:
             f.title = _bound(f.title, MAX_LABEL_CHARS)
-            f.cause = _bound(f.cause, MAX_LABEL_CHARS)
+        if f.cause is not None:
+            f.cause = f.cause.bounded()
         if max(len(f.message), len(f.fix), len(f.detail), len(f.docs)) > MAX_TEXT_CHARS:
             f.message = _bound(f.message)
             f.fix = _bound(f.fix)
@@ -276,7 +337,7 @@ class ReportBudget:
         f.evidence, evidence_cost = bounded_evidence(f.evidence)
         cost = (
             len(f.title)
-            + len(f.cause)
+            + (f.cause.chars if f.cause is not None else 0)
             + len(f.message)
             + len(f.fix)
             + len(f.detail)

@@ -2,9 +2,12 @@
 checks, how many nodes fail each check, and the same per GPU model.
 
 Inputs are gate reports (``gate --json``, schemas/gate-report.schema.json) and check reports
-(``check --format json``, schemas/report.schema.json), validated before use. A node is named by
-the report's hostname (a check report: the first word of its host line); when several reports
-name the same node, the newest gate report (``generated_at``), else the last one given, counts.
+(``check --format json``, schemas/report.schema.json), validated before use. Both carry the report
+envelope (render/envelope.py): a node is named by its hostname and its GPUs by model from the
+envelope's GPU list. Reports of gpudoctor versions before the envelope are still read: a gate
+report's top-level ``hostname`` and ``gpus``, a check report's human host line (its first word,
+and "2× NVIDIA H200" for the models). When several reports name the same node, the newest
+(``generated_at`` of a gate report, else when the facts were read), else the last one given, counts.
 """
 
 from __future__ import annotations
@@ -54,6 +57,31 @@ def _node_from_host_line(host: str) -> str:
     return host.split(" (", 1)[0].split(" · ", 1)[0].strip() or "unknown"
 
 
+def _models_from_host_line(host: str) -> dict[str, int]:
+    """GPU models and counts from the human header line of a check report without an envelope."""
+    models: dict[str, int] = {}
+    for segment in host.split(" · "):
+        for count, model in _MODELS.findall(segment):
+            models[model.strip()] = models.get(model.strip(), 0) + int(count)
+    return models
+
+
+def _identity(data: dict[str, Any], kind: str) -> tuple[str, list[dict[str, Any]] | None, str]:
+    """(node, GPU rows or None when the report has no list of them, when the node was looked at).
+
+    Reports of this version carry the envelope (render/envelope.py). Older gate reports name the
+    node and list the GPUs at the top level; older check reports only in their human header line,
+    read by the caller (linear, bounded regular expression)."""
+    env = data.get("envelope")
+    stamp = data.get("generated_at") or ""
+    if isinstance(env, dict):
+        name = env["host"]["hostname"]
+        return (name if name else "unknown"), env["gpus"], stamp or (env["collected_at"] or "")
+    if kind == "gate":
+        return data["hostname"], data["gpus"], stamp
+    return _node_from_host_line(data["host"]), None, stamp
+
+
 def load_report(path: str) -> NodeResult:
     from .inputs import MAX_REPORT_BYTES, InputError, load_json_file
     from .schemas import validate
@@ -78,32 +106,36 @@ def load_report(path: str) -> NodeResult:
             failed.setdefault(f["rule"], []).append(label)
         elif f["status"] in ("unknown", "error"):
             unjudged.setdefault(f["rule"], []).append(label)
-    models: dict[str, int] = {}
-    failed_gpus: dict[str, set[str]] = {}
+    node, gpus, generated = _identity(data, kind)
     if kind == "gate":
-        node = data["hostname"]
         verdict = data["verdict"]
         blocking = [b["line"] for b in data["blocking"]]
-        for g in data["gpus"]:
-            model = g["name"] or "unknown GPU"
-            models[model] = models.get(model, 0) + 1
-            if g["failed_checks"]:
-                failed_gpus.setdefault(model, set()).add(g["bus_id"] or str(g["index"]))
-        generated = data["generated_at"]
     else:
-        node = _node_from_host_line(data["host"])
         verdict = "go" if data["verdict"] == "pass" else "no-go"
         blocking = [f"{f['rule']}: {f['subject']['label']}: {f['message']}" for f in findings if f["status"] == "fail"]
-        for segment in data["host"].split(" · "):
-            for count, model in _MODELS.findall(segment):
-                models[model.strip()] = models.get(model.strip(), 0) + int(count)
-        # a check report does not say which model a failing GPU is; with one model the answer is clear
-        if len(models) == 1:
+
+    models: dict[str, int] = {}
+    model_of: dict[str, str] = {}  # bus id or uuid -> model
+    for g in gpus or ():
+        model = g["name"] or "unknown GPU"
+        models[model] = models.get(model, 0) + 1
+        for key in (g["bus_id"], g["uuid"]):
+            if key:
+                model_of[key] = model
+    if gpus is None:
+        models = _models_from_host_line(data["host"])
+    failed_gpus: dict[str, set[str]] = {}
+    for f in findings:
+        subject = f["subject"]
+        if f["status"] != "fail" or subject["kind"] != "gpu":
+            continue
+        bus, uuid = subject.get("bus_id"), subject.get("uuid")
+        model = model_of.get(bus or "") or model_of.get(uuid or "")
+        if model is None and gpus is None and len(models) == 1:
+            # an old check report does not say which model a failing GPU is; with one model it is clear
             model = next(iter(models))
-            for f in findings:
-                if f["status"] == "fail" and f["subject"]["kind"] == "gpu":
-                    failed_gpus.setdefault(model, set()).add(f["subject"].get("bus_id") or f["subject"]["label"])
-        generated = ""
+        if model is not None:
+            failed_gpus.setdefault(model, set()).add(bus or subject["label"])
     return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus)
 
 
@@ -157,7 +189,7 @@ def merge(paths: Sequence[str]) -> Fleet:
         result = load_report(path)
         old = by_node.get(result.node)
         if old is not None:
-            # the newer gate report wins; without timestamps, the later argument
+            # the newer report wins (its generated_at, else when its facts were read); without times, the later argument
             keep_old = bool(old.generated_at and result.generated_at and old.generated_at > result.generated_at)
             if keep_old:
                 replaced.append((result.node, result.source))

@@ -31,7 +31,7 @@ from gpudoctor.engine.subjects import gpu_subjects, subjects_for
 from gpudoctor.engine.templates import Template, format_value
 from gpudoctor.engine.views import FactView
 from gpudoctor.facts import parse_snapshot
-from gpudoctor.findings import MAX_TEXT_CHARS, Status
+from gpudoctor.findings import MAX_TEXT_CHARS, Cause, Status
 from gpudoctor.tables import builtin_rules_dir, load_tables
 from tests.conftest import SNAPSHOTS, probed
 
@@ -161,7 +161,7 @@ def test_a_run_past_its_deadline_is_unknown_with_reason_timeout() -> None:
     found = run_rules(RULES, facts, deadline=time.monotonic() - 1)
     assert len(found) == len(run_rules(RULES, facts))
     assert {f.status for f in found} == {Status.UNKNOWN}
-    assert {f.cause for f in found} == {"engine: timeout"}
+    assert {f.cause for f in found} == {Cause("engine", "timeout")}
     assert all("timeout" in f.message for f in found)
 
 
@@ -184,7 +184,7 @@ def test_the_deadline_cuts_a_slow_run_short(tmp_path: Path) -> None:
     assert time.monotonic() - started < 1.5
     assert len(found) == 1000
     judged = [f for f in found if f.status is Status.PASS]
-    timed_out = [f for f in found if f.status is Status.UNKNOWN and f.cause == "engine: timeout"]
+    timed_out = [f for f in found if f.status is Status.UNKNOWN and f.cause == Cause("engine", "timeout")]
     assert judged and timed_out and len(judged) + len(timed_out) == 1000
 
 
@@ -358,7 +358,7 @@ def test_subjects_per_rule_are_bounded(tmp_path: Path) -> None:
     assert len(found) == MAX_SUBJECTS_PER_RULE + 1
     assert {f.status for f in found[:-1]} == {Status.PASS}
     last = found[-1]
-    assert last.status is Status.UNKNOWN and last.cause == "engine: limit"
+    assert last.status is Status.UNKNOWN and last.cause == Cause("engine", "limit")
     assert f"cannot check: {nics - MAX_SUBJECTS_PER_RULE} more subjects" in last.message
     assert findings_module.MAX_SUBJECTS_PER_RULE == MAX_SUBJECTS_PER_RULE
 

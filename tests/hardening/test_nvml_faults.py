@@ -23,7 +23,7 @@ from gpudoctor.cli.root import run
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.facts import Unavailable
-from gpudoctor.findings import Finding, Status
+from gpudoctor.findings import Cause, Finding, Status
 from gpudoctor.probes import nvml
 from gpudoctor.probes.nvml_replay import ReplayNVML
 from tests.conftest import probed
@@ -294,7 +294,7 @@ def rule_problems(findings: list[Finding], gpu: int, fields: tuple[str, ...], re
             allowed = {Status.UNKNOWN, Status.SKIP} if guarded else {Status.UNKNOWN}
             if finding.status not in allowed:
                 problems.append(f"{key}: {finding.status.value} ({finding.message})")
-            elif finding.status is Status.UNKNOWN and finding.cause != f"nvml: {reason}":
+            elif finding.status is Status.UNKNOWN and finding.cause != Cause("nvml", reason):
                 problems.append(f"{key}: cause {finding.cause!r}")
         elif key[1] == LABELS[1 - gpu] and finding.status is not before.status:
             problems.append(f"{key} (other GPU): {before.status.value} -> {finding.status.value}")
@@ -383,8 +383,8 @@ def test_init_error_end_to_end(tmp_path: Path, kind: str) -> None:
         if finding.subject.kind == "gpu" and finding.rule_id != "nouveau-bound-to-gpu":
             # both GPUs are still on the PCI bus: judged from sysfs or unknown, never lost from view
             assert finding.status in (Status.UNKNOWN, Status.SKIP, Status.PASS), finding.rule_id
-            if finding.status is Status.UNKNOWN and finding.cause.startswith("nvml"):
-                assert finding.cause == f"nvml: {reason}" and kind in finding.detail
+            if finding.status is Status.UNKNOWN and finding.cause and finding.cause.source == "nvml":
+                assert finding.cause == Cause("nvml", reason) and kind in finding.detail
     gpus = {f.subject.label for f in findings if f.subject.kind == "gpu"}
     assert gpus == {"GPU 0000:18:00.0", "GPU 0000:9a:00.0"}
 

@@ -410,6 +410,8 @@ def test_merged_reports_reach_the_terminal_escaped(capsys, tmp_path):
     path = _report(tmp_path)
     data = json.loads(Path(path).read_text())
     data["host"] = f"{EVIL} (Ubuntu) · 2× NVIDIA {EVIL}"
+    data["envelope"]["host"]["hostname"] = EVIL  # what report merge names the node by
+    data["envelope"]["gpus"][0]["name"] = f"NVIDIA {EVIL}"
     data["verdict"], data["exit_code"] = "fail", 1
     data["findings"][0].update(status="fail", severity="error", message=EVIL)
     Path(path).write_text(json.dumps(data))

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from gpudoctor.facts import Unavailable
-from gpudoctor.findings import Severity, Status
+from gpudoctor.findings import Cause, Severity, Status
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from tests.preflight.helpers import facts, ruleset
@@ -175,7 +175,7 @@ def test_free_memory_expectation():
 def test_expectations_are_unknown_when_nvml_did_not_answer():
     report = gate_of("no-driver", expect_gpus=1, min_free_memory_gib=1, expect_model="H100")
     count = next(f for f in report.findings if f.rule_id == "gate-gpu-count")
-    assert count.status is Status.UNKNOWN and count.cause == "nvml: driver_not_loaded"
+    assert count.status is Status.UNKNOWN and count.cause == Cause("nvml", "driver_not_loaded")
     assert report.is_blocking(count)
 
 

@@ -26,6 +26,7 @@ from ..findings import (
     MAX_SUBJECTS_PER_RULE,
     MAX_TEXT_CHARS,
     TIMEOUT_CAUSE,
+    Cause,
     Finding,
     ReportBudget,
     Status,
@@ -106,7 +107,7 @@ def _engine_finding(
     status: Status,
     message: str,
     detail: str = "",
-    cause: str = "",
+    cause: Cause | None = None,
     *,
     fix: str = "",
     evidence: list[tuple[str, Any]] | None = None,
@@ -213,7 +214,9 @@ def evaluate_rule(
 
     evidence_end: list[int] = []
 
-    def finding(status: Status, message: str, fix: str = "", detail: str = "", cause: str = "") -> Finding:
+    def finding(
+        status: Status, message: str, fix: str = "", detail: str = "", cause: Cause | None = None
+    ) -> Finding:
         # Evidence is what the conditions read, not what the message template read afterwards.
         end = evidence_end[0] if evidence_end else len(reads)
         return _engine_finding(rule, subject, status, message, detail, cause, fix=fix, evidence=_dedup(reads[:end]))
@@ -233,7 +236,7 @@ def evaluate_rule(
             Status.UNKNOWN,
             f"cannot check: {exc.path} is unavailable ({u.reason})",
             detail=u.detail,
-            cause=f"{source_of(exc.path)}: {u.reason}",
+            cause=Cause(source_of(exc.path), u.reason),
         )
     except DeadlineExceeded:
         return finding(Status.UNKNOWN, TIMEOUT_MESSAGE, detail=TIMEOUT_DETAIL, cause=TIMEOUT_CAUSE)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..findings import Severity
+from ..findings import Cause, Severity
 from .checks import check_selectors
 from .errors import GateError, GateFailed, PolicyError
 from .policy import Policy, load_policy, policy_from_mapping
@@ -102,7 +102,9 @@ def run(
         nvml = facts.get("nvml")
         if isinstance(nvml, Mapping) and nvml.get("status") == "timeout":
             # The driver did not answer NVML; the device test would only hang until the deadline.
-            deep_result = deep_run.cancel("NVML did not answer, so the driver is not responding", "nvml: timeout")
+            deep_result = deep_run.cancel(
+                "NVML did not answer, so the driver is not responding", Cause("nvml", "timeout")
+            )
         else:
             deep_result = deep_run.result()
     from ..engine.runner import judging_deadline

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import Finding, Severity, Status, Subject
+from ..findings import Cause, Finding, Severity, Status, Subject
 from .errors import PolicyError
 from .policy import Policy
 
@@ -126,7 +126,7 @@ def gate_finding(
     message: str,
     evidence: list[tuple[str, Any]] | None = None,
     detail: str = "",
-    cause: str = "",
+    cause: Cause | None = None,
     fix: str | None = None,
     severity: Severity = Severity.ERROR,
 ) -> Finding:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..findings import HOST, Finding, Status, Subject
+from ..findings import HOST, Cause, Finding, Status, Subject
 from .checks import gate_finding
 from .device_test import GPU_STEPS, DeepResult
 
@@ -38,18 +38,19 @@ def _subjects(result: DeepResult, facts: Mapping[str, Any]) -> dict[int, Subject
     return out
 
 
-def _how_it_ended(result: DeepResult) -> tuple[str, str]:
+def _how_it_ended(result: DeepResult) -> tuple[Cause, str]:
     """(cause, words) for steps that never ran or never finished."""
     if result.cancelled:
-        return (result.cancel_cause or "deep: not run"), f"the device test was stopped: {result.cancelled}"
+        return (result.cancel_cause or Cause("deep", "not run")), f"the device test was stopped: {result.cancelled}"
     if result.timed_out:
-        return "deep: timeout", f"the device test did not finish within its {result.budget_s:.1f} s"
+        return Cause("deep", "timeout"), f"the device test did not finish within its {result.budget_s:.1f} s"
     if result.cut:
-        return "deep: error", f"the device test printed more than gpudoctor reads on its {result.cut} and was stopped"
+        cut = f"the device test printed more than gpudoctor reads on its {result.cut} and was stopped"
+        return Cause("deep", "error"), cut
     code = result.returncode
     how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
     tail = f"; stderr: {result.stderr_tail.splitlines()[-1]}" if result.stderr_tail else ""
-    return "deep: error", f"the device test process died ({how}){tail}"
+    return Cause("deep", "error"), f"the device test process died ({how}){tail}"
 
 
 def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]:
@@ -64,7 +65,7 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
                 Status.UNKNOWN,
                 f"the device test could not start: {result.start_error}",
                 detail=result.start_error,
-                cause="deep: not_found",
+                cause=Cause("deep", "not_found"),
             )
         )
         return out
@@ -75,7 +76,7 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
             f"{result.python} cannot import torch: {error_event.get('error')} "
             "(install torch in that interpreter, or point --python at the job's interpreter)"
         )
-        out.append(gate_finding("gate-deep-cuda", HOST, Status.UNKNOWN, message, cause="deep: not_found"))
+        out.append(gate_finding("gate-deep-cuda", HOST, Status.UNKNOWN, message, cause=Cause("deep", "not_found")))
         return out
     if cuda is None:
         phase = "importing torch" if torch_event is None else "initialising CUDA (torch.cuda.is_available)"
@@ -132,7 +133,8 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
         """A step the child was in when it stopped: failed if the child died, else unknown (hung)."""
         if died:
             return gate_finding(rule, subject, Status.FAIL, f"{what}: {ended}")
-        return gate_finding(rule, subject, Status.UNKNOWN, what, detail=detail, cause=f"{cause} (hung)")
+        hung = Cause(cause.source, cause.reason, "hung")
+        return gate_finding(rule, subject, Status.UNKNOWN, what, detail=detail, cause=hung)
 
     def not_reached(rule: str, subject: Subject) -> Finding:
         return gate_finding(rule, subject, Status.UNKNOWN, f"not reached: {ended}", detail=ended, cause=cause)
@@ -219,7 +221,7 @@ def deep_findings(result: DeepResult, facts: Mapping[str, Any]) -> list[Finding]
                     Status.UNKNOWN,
                     f"cannot check: {e.get('error')}",
                     detail=str(e.get("error")),
-                    cause="deep: not_supported",
+                    cause=Cause("deep", "not_supported"),
                 )
             )
         else:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..children import CUT, EOF, Child
+from ..findings import Cause
 from ..inputs import parse_json
 
 WORKER = Path(__file__).resolve().parent.parent / "workers" / "device_test.py"
@@ -38,7 +39,7 @@ class DeepResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     timed_out: bool = False
     cancelled: str = ""
-    cancel_cause: str = ""
+    cancel_cause: Cause | None = None
     returncode: int | None = None
     # the pipe ("stdout", "stderr") on which the test printed more than gpudoctor reads; it was stopped
     cut: str = ""
@@ -157,7 +158,7 @@ class DeepRun:
             self.result_.timed_out = True
         return self._finish()
 
-    def cancel(self, reason: str, cause: str = "") -> DeepResult:
+    def cancel(self, reason: str, cause: Cause | None = None) -> DeepResult:
         """Stop the test now (the gate stopped, or the driver is known not to answer)."""
         self.result_.cancelled = reason
         self.result_.cancel_cause = cause

@@ -5,25 +5,25 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..facts import Unavailable
-from ..findings import HOST, Finding, Status
+from ..findings import HOST, Cause, Finding, Status
 from .checks import gate_finding
 from .policy import Policy
 
 GIB = 1 << 30
 
 
-def _nvml_unavailable(facts: Mapping[str, Any]) -> tuple[str, str] | None:
+def _nvml_unavailable(facts: Mapping[str, Any]) -> tuple[Cause, str] | None:
     """(cause, detail) when NVML did not give its GPU list, else None."""
     from ..engine.subjects import NVML_REASON
 
     nvml = facts.get("nvml")
     if not isinstance(nvml, Mapping):
-        return "nvml: error", "no NVML facts"
+        return Cause("nvml", "error"), "no NVML facts"
     status = str(nvml.get("status", "error"))
     if status == "ok" and isinstance(nvml.get("gpus"), list):
         return None
     error = str(nvml.get("error", "")).strip()
-    return f"nvml: {NVML_REASON.get(status, 'error')}", f"NVML did not answer ({status})" + (
+    return Cause("nvml", NVML_REASON.get(status, "error")), f"NVML did not answer ({status})" + (
         f": {error}" if error else ""
     )
 
@@ -89,7 +89,7 @@ def expectation_findings(facts: Mapping[str, Any], policy: Policy, gpus: list[di
                         f"cannot check: gpu.name is unavailable ({name.reason})",
                         [("gpu.name", name)],
                         detail=name.detail,
-                        cause=(nvml_problem[0] if nvml_problem else f"nvml: {name.reason}"),
+                        cause=(nvml_problem[0] if nvml_problem else Cause("nvml", name.reason)),
                     )
                 )
             elif want_model.casefold() in str(name).casefold():
@@ -121,7 +121,7 @@ def expectation_findings(facts: Mapping[str, Any], policy: Policy, gpus: list[di
                         f"cannot check: GPU memory is unavailable ({u.reason})",
                         [("gpu.memory_total_bytes", total), ("gpu.memory_used_bytes", used)],
                         detail=u.detail,
-                        cause=(nvml_problem[0] if nvml_problem else f"nvml: {u.reason}"),
+                        cause=(nvml_problem[0] if nvml_problem else Cause("nvml", u.reason)),
                     )
                 )
                 continue

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..findings import Finding, Status, Subject
+from ..findings import Cause, Finding, Status, Subject
 from .checks import hang_rules, rule_keys
 from .expectations import expectation_findings
 from .policy import Policy
@@ -60,27 +60,13 @@ def _said(f: Finding) -> str:
     return f"{f.subject.label}: {message}"
 
 
-_SOURCE_NAMES = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}
-
-
-def cause_parts(cause: str) -> tuple[str, str, str]:
-    """A cause "source: reason" as (source, the source's name in a sentence, reason)."""
-    source, _, reason = cause.partition(": ")
-    return source, _SOURCE_NAMES.get(source, source), reason
-
-
-def _cause_text(cause: str) -> str:
-    source, name, reason = cause_parts(cause)
-    return f"{name} facts are unavailable ({reason})" if source != "deep" else f"{name}: {reason}"
-
-
 def blocking_lines(blocking: Sequence[Finding]) -> list[BlockingLine]:
     lines: list[BlockingLine] = []
-    groups: dict[str, list[Finding]] = {}
+    groups: dict[Cause, list[Finding]] = {}
     for f in blocking:
         if f.status is Status.FAIL:
             lines.append(BlockingLine(f.rule_id, f.subject, f.status, _said(f), _first_line(f.fix)))
-        elif f.status is Status.UNKNOWN and f.cause:
+        elif f.status is Status.UNKNOWN and f.cause is not None:
             groups.setdefault(f.cause, []).append(f)
         else:
             how = "broke" if f.status is Status.ERROR else "could not be checked"
@@ -99,7 +85,7 @@ def blocking_lines(blocking: Sequence[Finding]) -> list[BlockingLine]:
         detail = max((f.detail for f in group), key=len)
         rules = list(dict.fromkeys(f.rule_id for f in group))
         shown = ", ".join(rules[:4]) + (f" and {len(rules) - 4} more" if len(rules) > 4 else "")
-        text = f"{where}: {len(group)} checks could not be judged: {detail or _cause_text(cause)}"
+        text = f"{where}: {len(group)} checks could not be judged: {detail or cause.words()}"
         text += f" [{shown}]"
         lines.append(BlockingLine(rules[0], first.subject, Status.UNKNOWN, text, "", count=len(group), grouped=True))
     return lines
@@ -191,10 +177,7 @@ NOT_VISIBLE_REASONS = ("no_permission", "not_supported")
 
 def not_visible(f: Finding) -> bool:
     """An unknown finding whose facts are unavailable for lack of permission or of the feature."""
-    if f.status is not Status.UNKNOWN or not f.cause:
-        return False
-    reason = f.cause.partition(": ")[2].split(" ", 1)[0]
-    return reason in NOT_VISIBLE_REASONS
+    return f.status is Status.UNKNOWN and f.cause is not None and f.cause.reason in NOT_VISIBLE_REASONS
 
 
 def judge(

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from ..findings import Status
+from .envelope import envelope
 from .text import header
 
 
@@ -21,6 +22,7 @@ def report_json(report: Any) -> dict[str, Any]:
         "generated_at": report.generated_at,
         "hostname": report.hostname(),
         "host": header(report.facts),
+        "envelope": envelope(report.facts),
         "facts_origin": report.facts_origin,
         "verdict": report.verdict,
         "exit_code": report.exit_code,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..findings import Finding, Status
-from ..preflight.verdict import cause_parts, not_visible
+from ..findings import Cause, Finding, Status
+from ..preflight.verdict import not_visible
 from .safe import printable
 from .text import STATUS_COLOURS, Style, badge, header, plain
 
@@ -48,15 +48,10 @@ def policy_line(report: Any) -> str:
 FOLD_AT = 3
 
 
-def _cause_words(cause: str) -> str:
-    _, name, reason = cause_parts(cause)
-    return f"{printable(name)} facts unavailable ({printable(reason)})"
-
-
 def _why_not_judged(report: Any, f: Finding) -> str:
     """Why an unjudged check did not block: the policy said fail-open, or gpudoctor may not look."""
-    if not_visible(f):
-        return printable(f.cause.partition(": ")[2].split(" ", 1)[0].replace("_", " "))
+    if not_visible(f) and f.cause is not None:
+        return printable(f.cause.reason.replace("_", " "))
     return str(report.policy.on_cannot_check)
 
 
@@ -83,11 +78,11 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
         for f in report.findings
         if f.status is not Status.SKIP and (verbose or (f.status is not Status.PASS and not report.is_blocking(f)))
     ]
-    folded: dict[str, list[Finding]] = {}
+    folded: dict[Cause, list[Finding]] = {}
     if not verbose:
         # many checks that could not run for one cause (NVML not answering) are said once
         for f in shown:
-            if f.status is Status.UNKNOWN and f.cause:
+            if f.status is Status.UNKNOWN and f.cause is not None:
                 folded.setdefault(f.cause, []).append(f)
         folded = {cause: group for cause, group in folded.items() if len(group) >= FOLD_AT}
         folded_ids = {id(f) for group in folded.values() for f in group}
@@ -101,7 +96,7 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
             would = [f for f in group if f.severity.rank >= report.policy.fail_on.rank]
             note = f"  [{len(would)} not judged: {_why_not_judged(report, would[0])}]" if would else ""
-            lines.append(f"  {status} {len(group)} checks could not be judged: {_cause_words(cause)}{note}")
+            lines.append(f"  {status} {len(group)} checks could not be judged: {printable(cause.words())}{note}")
         for f in shown:
             note = ""
             if report.is_blocking(f):

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..findings import Report, Status
+from .envelope import envelope
 from .text import header
 
 REPORT_SCHEMA_VERSION = 1
@@ -17,6 +18,7 @@ def to_dict(report: Report, facts: Mapping[str, Any], include_skipped: bool = Fa
         "report_schema_version": REPORT_SCHEMA_VERSION,
         "gpudoctor_version": __version__,
         "host": header(facts),
+        "envelope": envelope(facts),
         "facts_origin": report.facts_origin,
         "verdict": "fail" if report.blocking() else "pass",
         "exit_code": report.exit_code,

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 
 from ..engine.templates import format_value
 from ..facts import Unavailable
-from ..findings import AREAS, Finding, Report, Severity, Status
+from ..findings import AREAS, Cause, Finding, Report, Severity, Status
+from .envelope import host_of, versions_of
 from .safe import printable, printable_flow
 
 Style = Callable[..., str]
@@ -63,19 +64,12 @@ def _value(v: Any) -> str:
 
 
 def header(facts: Mapping[str, Any]) -> str:
-    """One line saying which machine this is about (its values escaped: render.safe.printable)."""
-
-    def get(section: str, key: str) -> Any:
-        s = facts.get(section)
-        v = s.get(key) if isinstance(s, Mapping) else None
-        return None if isinstance(v, Unavailable) else v
-
+    """One line saying which machine this is about (its values escaped: render.safe.printable);
+    the host and the versions are the report envelope's (render/envelope.py)."""
+    host, versions = host_of(facts), versions_of(facts)
     bits = []
-    host = get("host", "hostname")
-    os_name = get("host", "os_name")
-    kernel = get("host", "kernel_release")
-    first = host or "host"
-    sys_bits = ", ".join(str(x) for x in (os_name, f"kernel {kernel}" if kernel else None) if x)
+    first = host["hostname"] or "host"
+    sys_bits = ", ".join(x for x in (host["os"], f"kernel {host['kernel']}" if host["kernel"] else None) if x)
     bits.append(f"{first} ({sys_bits})" if sys_bits else first)
     nvml = facts.get("nvml") if isinstance(facts.get("nvml"), Mapping) else {}
     gpus = nvml.get("gpus") if isinstance(nvml, Mapping) else None
@@ -93,13 +87,11 @@ def header(facts: Mapping[str, Any]) -> str:
         bits.append(f"{count} GPU(s) on PCI" if count else "no GPU found")
         if status != "ok":
             bits.append(f"NVML: {str(status).replace('_', ' ')}")
-    driver = get("nvml", "driver_version") or get("modules", "nvidia_version")
-    if driver:
-        cuda = get("nvml", "cuda_driver_version")
-        bits.append(f"driver {driver}" + (f" (CUDA {cuda})" if cuda else ""))
-    torch = facts.get("torch")
-    if isinstance(torch, Mapping) and torch.get("installed") is True and isinstance(torch.get("version"), str):
-        bits.append(f"torch {torch['version']}")
+    if versions["driver"]:
+        cuda = versions["cuda"]
+        bits.append(f"driver {versions['driver']}" + (f" (CUDA {cuda})" if cuda else ""))
+    if versions["torch"]:
+        bits.append(f"torch {versions['torch']}")
     return printable(" · ".join(bits))
 
 
@@ -187,12 +179,10 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
         lines.append(style("Could not check", bold=True, underline=True))
         indent = " " * 10
         for cause, group in folded.items():
-            source, _, reason = cause.partition(": ")
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
-            name = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch"}.get(source, source)
             lines.append(
-                f"  {status} {len(group)} checks need {printable(name)} facts, which are unavailable "
-                f"({printable(reason)})"
+                f"  {status} {len(group)} checks need {printable(cause.name)} facts, which are unavailable "
+                f"({printable(cause.said)})"
             )
             detail = max((f.detail for f in group), key=len)
             if detail:
@@ -226,12 +216,12 @@ def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbo
 FOLD_AT = 3
 
 
-def _shared_causes(findings: list[Finding]) -> dict[str, list[Finding]]:
+def _shared_causes(findings: list[Finding]) -> dict[Cause, list[Finding]]:
     """Unknown findings that share one cause (e.g. NVML not loaded), when there are enough of them
     to drown the report: they are said once, at the end, instead of once per check."""
-    groups: dict[str, list[Finding]] = {}
+    groups: dict[Cause, list[Finding]] = {}
     for f in findings:
-        if f.status is Status.UNKNOWN and f.cause:
+        if f.status is Status.UNKNOWN and f.cause is not None:
             groups.setdefault(f.cause, []).append(f)
     return {cause: group for cause, group in groups.items() if len(group) >= FOLD_AT}
 

@@ -15,8 +15,9 @@ from ..registry import help_text
 MERGE_HELP = """\b
 Reads gate reports (gpudoctor gate --json PATH) and check reports
 (gpudoctor check --format json); a directory stands for the *.json
-files in it. Nodes are named by hostname; for a node reported twice,
-the newer gate report (else the later file) counts.
+files in it. Nodes are named by the hostname in each report's
+envelope; for a node reported twice, the newer report (a gate report's
+time, else when its facts were read; else the later file) counts.
 
 \b
 Exit status:

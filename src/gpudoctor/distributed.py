@@ -296,16 +296,16 @@ def run_distributed(
         sys.stdout.write(render_table(rows, backend, allreduce, style))
         sys.stdout.flush()
         if json_path:
-            from .facts import write_atomic
+            from .outputs import OutputError, write_file
 
             data = report.to_dict()
             data["verdict"] = "no-go" if failed else "go"
             data["exit_code"] = 1 if failed else 0
             data["distributed"] = {"world_size": world, "backend": backend, "ranks": rows, "allreduce": measured}
             try:
-                write_atomic(json_path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-            except OSError as exc:
-                raise GateError(f"cannot write {json_path}: {exc.strerror or exc}") from None
+                write_file(json_path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            except OutputError as exc:
+                raise GateError(f"cannot write {json_path}: {exc.why}") from None
     elif row["blocking"]:
         for line in row["blocking"]:
             sys.stderr.write(f"NO-GO  rank {rank}: {line}\n")

@@ -32,7 +32,7 @@ from gpudoctor import children
 from gpudoctor.context import make_context
 from gpudoctor.facts import Unavailable
 from gpudoctor.probes import nvml
-from gpudoctor.probes.files import CommandResult, run_bounded
+from gpudoctor.probes.tools import CommandResult, run_bounded
 from tests.conftest import HOSTS, SNAPSHOTS
 
 REPO = Path(__file__).resolve().parents[2]

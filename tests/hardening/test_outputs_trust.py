@@ -292,15 +292,15 @@ def test_every_output_option_writes_a_device_in_place(capsys, tmp_path, option):
     assert is_chardev(null) and is_chardev(full) and sorted(os.listdir(out_dir)) == sorted([null.name, full.name])
 
 
-def test_the_numa_planner_standalone_and_write_atomic_use_the_writer(capsys, tmp_path):
+def test_the_numa_planner_standalone_uses_the_writer(capsys, tmp_path):
     from gpudoctor.advice.numa_render import main as numa_main
-    from gpudoctor.facts import write_atomic
+    from gpudoctor.outputs import OutputError, write_file
 
     full = chardev(tmp_path / "full", 7)
     assert numa_main(["--facts", str(SNAPSHOT), "-o", str(full)]) == 2
     assert "No space left on device" in capsys.readouterr().err
-    with pytest.raises(OSError, match="No space left on device"):
-        write_atomic(full, "x")  # what gate --distributed writes its --json with
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_file(full, "x")  # what gate --distributed writes its --json with
     assert is_chardev(full)
 
 

@@ -109,7 +109,7 @@ def difference(a: Iterable[Any], b: Iterable[Any]) -> list[Any]:
 
 def cpulist(cpus: Iterable[int]) -> str:
     """CPU ids as a kernel-style list: [0,1,2,3,8] → "0-3,8"."""
-    from ..probes.files import format_cpulist
+    from ..model.cpus import format_cpulist
 
     return format_cpulist(list(cpus))
 

@@ -42,13 +42,12 @@ from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
 from ..inputs import parse_json
 from .files import (
-    CommandResult,
     parse_recorded_json,
     read_file_bytes,
     read_recorded,
-    run_bounded,
     unavailable_from_oserror,
 )
+from .tools import CommandResult, run_bounded
 
 FIELDS = (
     "installed",

@@ -2,7 +2,8 @@
 
 NVML's probe (a child process, about 90 ms of import, init and first calls on a 2 x H200 host)
 is started before click is even imported, when the command line asks for a live probe, so its
-start-up overlaps the parsing; see gpudoctor.probes.nvml.prestart.
+start-up overlaps the parsing; see gpudoctor.probes.nvml.prestart. Whether a command line will
+probe this machine is decided here (:func:`_probes_live`), not in the probe.
 
 The first step installs the stop-signal handlers (gpudoctor.children): from then on SIGINT,
 SIGTERM and SIGHUP kill every child gpudoctor started and end it with status 128 + the signal,
@@ -20,9 +21,10 @@ def main() -> None:
         from . import children
 
         children.install_handlers()
-        from .probes import nvml
+        if _probes_live(sys.argv[1:]):
+            from .probes import nvml
 
-        nvml.prestart(sys.argv[1:])
+            nvml.prestart()
         from .cli import entry
     except BaseException as exc:
         loaded = sys.modules.get(f"{__package__}.children")
@@ -31,6 +33,22 @@ def main() -> None:
             raise
         _stopped_early(stop)
     entry()
+
+
+# Commands that probe this machine with NVML unless told otherwise, and the options that tell them
+# otherwise. (`run` is not one: it asks NVML only when sysfs cannot place a GPU, then execs.)
+PROBING_COMMANDS = frozenset({"check", "probe", "gate", "select", "topo", "fix", "tiers", "bench"})
+_NOT_LIVE = ("--facts", "--root", "--sysfs-root", "--procfs-root", "--help", "-h")
+
+
+def _probes_live(argv: list[str]) -> bool:
+    """Whether `argv` is a command that will probe this machine with NVML. A guess from argv
+    alone, before click is imported: the command is the first word that is not an option, and
+    any option that points elsewhere (--facts, --root, ...) or asks for help means no."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in PROBING_COMMANDS:
+        return False
+    return not any(a == option or a.startswith(option + "=") for a in argv for option in _NOT_LIVE)
 
 
 def _stopped_early(exc: BaseException) -> None:

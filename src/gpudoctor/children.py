@@ -384,6 +384,53 @@ def pump(
     return EOF
 
 
+# ---------------------------------------------------------------------------
+# The one line protocol: how a worker script or the forked NVML child reports to its parent.
+
+# An event line is MARKER, a space, one compact JSON object with an "event" key (a short string;
+# the other keys snake_case), and a newline, flushed at once. Lines without the marker are not
+# events: libraries print, and what they print is kept apart (a tail for error messages).
+MARKER = "@@GPUDOCTOR@@"
+_MARKER_BYTES = MARKER.encode("ascii")
+# The longest event line read as one: the NVML child's recording of a big host's answers is the
+# longest, a few hundred kilobytes; a longer line is not an event.
+EVENT_CAP = 8 << 20
+
+
+def event_line(event: str, **fields: Any) -> bytes:
+    """One event as the protocol writes it (gpudoctor's own forked child; a worker script, which
+    cannot import gpudoctor, carries its own three lines that write the same)."""
+    import json
+
+    body = json.dumps(dict(fields, event=event), separators=(",", ":"))
+    return _MARKER_BYTES + b" " + body.encode("utf-8") + b"\n"
+
+
+def parse_event(line: bytes | str, limit: int = EVENT_CAP) -> dict[str, Any] | None:
+    """The event a line of a child's stdout carries, or None: a line without the marker, longer
+    than `limit`, not UTF-8, not strict JSON (gpudoctor.inputs.parse_json: no NaN, bounded
+    integers and nesting), not an object, or without a string "event"."""
+    from .inputs import InputError, parse_json
+
+    if len(line) > limit:
+        return None
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    line = line.strip()
+    if not line.startswith(MARKER):
+        return None
+    try:
+        data = parse_json(line[len(MARKER) :], "a child's event line", "event line")
+    except InputError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+        return None
+    return data
+
+
 def sleep_until(deadline: float, step: float) -> None:
     time.sleep(min(step, wait_seconds(deadline - time.monotonic())))
 
@@ -391,7 +438,8 @@ def sleep_until(deadline: float, step: float) -> None:
 class Child:
     """A program run in its own session (never through a shell), registered while it may live,
     its stdout and stderr read by :meth:`read` with a cap each. Raises OSError (as
-    subprocess.Popen does) when it cannot be started."""
+    subprocess.Popen does) when it cannot be started. :meth:`forked` runs a function in a forked
+    copy of gpudoctor instead, read the same way."""
 
     def __init__(
         self,
@@ -404,9 +452,8 @@ class Child:
     ) -> None:
         import subprocess
 
-        self.name = name or (os.path.basename(argv[0]) if argv else "?")
         with starting:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -415,11 +462,49 @@ class Child:
                 start_new_session=True,
                 close_fds=True,
             )
-            register(self.proc.pid, True)
-        out: IO[bytes] = self.proc.stdout  # type: ignore[assignment]
-        err: IO[bytes] = self.proc.stderr  # type: ignore[assignment]
+            register(proc.pid, True)
+        self._adopt(proc, name or (os.path.basename(argv[0]) if argv else "?"), True, stdout_cap, stderr_cap)
+
+    @classmethod
+    def forked(cls, target: Callable[[int], None], *, name: str, stdout_cap: int = OUTPUT_CAP) -> Child:
+        """Run ``target(fd)`` in a forked copy of this process (no re-import: the NVML probe's
+        child), which reports on the pipe ``fd`` only: its stdin, stdout and stderr are
+        /dev/null, so a copy stuck in the kernel does not hold the caller's pipes open (a job
+        script reading ``$(gpudoctor check)`` would wait for it). It stays in gpudoctor's process
+        group and is killed by pid. Raises OSError when it cannot fork."""
+        r, w = os.pipe()
+        with starting:  # a stop signal now is acted on once the copy is registered
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                raise
+            if pid == 0:  # the copy: never return into the caller's code
+                code = 70
+                try:
+                    forget_in_child()
+                    os.close(r)
+                    _detach_stdio()
+                    target(w)
+                    code = 0
+                finally:
+                    os._exit(code)
+            register(pid, False)
+        os.close(w)
+        child = cls.__new__(cls)
+        child._adopt(_Forked(pid, os.fdopen(r, "rb", buffering=0)), name, False, stdout_cap, 0)
+        return child
+
+    def _adopt(self, proc: Any, name: str, group: bool, stdout_cap: int, stderr_cap: int) -> None:
+        self.proc = proc
+        self.name = name
+        self.group = group  # it leads its own process group: the whole group is killed
+        out: IO[bytes] = proc.stdout
+        err: IO[bytes] | None = proc.stderr
         self.stdout = Capture(out.fileno(), stdout_cap)
-        self.stderr = Capture(err.fileno(), stderr_cap)
+        self.stderr = Capture(err.fileno() if err is not None else -1, stderr_cap)
+        self.stderr.eof = err is None  # a forked copy has no stderr pipe
         self.returncode: int | None = None
         self.killed = False
 
@@ -460,7 +545,8 @@ class Child:
         return outcome
 
     def poll(self) -> int | None:
-        """Its exit status once it has exited (then it is unregistered), else None; never blocks."""
+        """Its exit status once it has exited (then it is unregistered), else None; never blocks.
+        As subprocess reports it: a negative status is the signal that ended it."""
         if self.returncode is None and not self.killed:
             code = self.proc.poll()
             if code is not None:
@@ -479,12 +565,17 @@ class Child:
             delay = min(delay * 2, 0.01)
         return self.returncode
 
-    def kill(self) -> None:
-        """SIGKILL its process group and never wait for it (see forget())."""
+    def kill(self, grace: float = 0.0) -> None:
+        """SIGKILL it (its process group when it leads one) and never block on it: reaped here
+        when it is gone within `grace` seconds (polled), else by a daemon thread (see forget())."""
         if self.killed or self.returncode is not None:
             return
+        kill(self.pid, self.group)
+        if grace > 0 and self.wait(deadline_in(grace)) is not None:
+            self.close()
+            return
         self.killed = True
-        forget(self.proc, self.name)
+        forget(self.proc, self.name, self.group)
 
     def close(self) -> None:
         """Done with it: an exited child's pipes are closed, a running one is killed."""
@@ -497,6 +588,59 @@ class Child:
                     stream.close()
             except OSError:
                 pass
+
+    def describe_exit(self) -> str:
+        """How it ended, for a message: "exited with status 3", "was killed by signal 9 (SIGKILL)"."""
+        code = self.returncode
+        if code is None:
+            return "did not exit"
+        if code >= 0:
+            return f"exited with status {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+
+
+class _Forked:
+    """What Child uses of a subprocess.Popen, for a forked copy of gpudoctor."""
+
+    def __init__(self, pid: int, stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin = self.stderr = None
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def _reaped(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped already (the reaper thread)
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reaped(os.WNOHANG)
+
+    def wait(self) -> int | None:  # only the reaper thread of forget() blocks here
+        return self._reaped(0)
+
+
+def _detach_stdio() -> None:
+    """In a forked copy: stdin, stdout and stderr to /dev/null."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    if null > 2:
+        os.close(null)
 
 
 def deadline_in(seconds: float) -> float:

@@ -31,7 +31,9 @@ import pytest
 from gpudoctor import children
 from gpudoctor.context import make_context
 from gpudoctor.facts import Unavailable
-from gpudoctor.probes import nvml
+from gpudoctor.probes.nvml import make_plan
+from gpudoctor.probes.nvml.child import run_child
+from gpudoctor.probes.nvml.section import Assembler
 from gpudoctor.probes.tools import CommandResult, run_bounded
 from tests.conftest import HOSTS, SNAPSHOTS
 
@@ -492,8 +494,8 @@ def test_a_huge_nvml_timeout_reads_the_replayed_nvml_as_the_default_does(huge: f
 @pytest.mark.parametrize("timeout", [1e7, float("inf")])
 def test_the_nvml_child_under_a_huge_timeout(timeout: float) -> None:
     ctx = make_context(root=HEALTHY)
-    sink = nvml.Assembler()
-    assert nvml.run_child(nvml.make_plan(ctx), timeout, sink) is None
+    sink = Assembler()
+    assert run_child(make_plan(ctx), timeout, sink) is None
     assert sink.result(None)["status"] == "ok"
 
 

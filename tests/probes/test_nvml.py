@@ -20,8 +20,10 @@ import pytest
 from gpudoctor.context import ProbeContext, make_context
 from gpudoctor.facts import Unavailable, to_jsonable
 from gpudoctor.probes import nvml
-from gpudoctor.probes.nvml_record import RecordingBackend, record
-from gpudoctor.probes.nvml_replay import ReplayNVML, call_key, check_answers
+from gpudoctor.probes.nvml import child, fields, record
+from gpudoctor.probes.nvml.record import RecordingBackend
+from gpudoctor.probes.nvml.replay import ReplayNVML, call_key, check_answers
+from gpudoctor.probes.nvml.section import Assembler
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 MAKE_NVML = Path(__file__).resolve().parents[1] / "fixtures" / "make_nvml.py"
@@ -150,8 +152,8 @@ def probe(tmp_path: Path, answers: Any, timeout: float = 5.0) -> dict[str, Any]:
 
 
 def in_process(backend: Any) -> dict[str, Any]:
-    sink = nvml.Assembler()
-    nvml.read_nvml(backend, sink, 1, 1)
+    sink = Assembler()
+    fields.read_nvml(backend, sink, 1, 1)
     sink.finished()
     return sink.result()
 
@@ -337,7 +339,7 @@ def test_handle_failure_keeps_gpu_as_lost(tmp_path: Path, gpu: int) -> None:
     section = probe(tmp_path, answers)
     entry = section["gpus"][gpu]
     assert entry["index"] == gpu and entry["lost"] is True
-    for key in nvml.GPU_FIELDS:
+    for key in fields.GPU_FIELDS:
         assert isinstance(entry[key], Unavailable) and entry[key].reason == "error"
         assert entry[key].detail.startswith(f"no NVML handle for GPU {gpu}: nvmlDeviceGetHandleByIndex: GPU is lost")
     # the other GPU is read in full, without the unreachable one among its NVLink peers
@@ -523,7 +525,7 @@ def test_two_hung_gpus_are_both_named(tmp_path: Path) -> None:
 
 
 def test_assembler_marks_unstarted_gpus() -> None:
-    sink = nvml.Assembler()
+    sink = Assembler()
     sink.system("device_count", 3)
     sink.calling("nvmlDeviceGetName", 0)
     sink.gpu(0, "name", "x")
@@ -537,8 +539,8 @@ def test_assembler_marks_unstarted_gpus() -> None:
 
 
 def test_sequential_reading_gives_the_same_facts() -> None:
-    sink = nvml.Assembler()
-    nvml.read_nvml(ReplayNVML(healthy()), sink, 1, 1, parallel=False)
+    sink = Assembler()
+    fields.read_nvml(ReplayNVML(healthy()), sink, 1, 1, parallel=False)
     sink.finished()
     assert sink.result() == HEALTHY
 
@@ -554,7 +556,7 @@ def test_deadline_is_capped_by_the_run_budget(tmp_path: Path) -> None:
 
 
 def test_child_that_dies_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = nvml._read_gpu_fields
+    real = fields.read_gpu_fields
 
     def dies_on_gpu1(r: Any, cpu_words: int, node_words: int, count: int) -> None:
         if r.index == 1:
@@ -562,7 +564,7 @@ def test_child_that_dies_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyP
             os._exit(3)
         real(r, cpu_words, node_words, count)
 
-    monkeypatch.setattr(nvml, "_read_gpu_fields", dies_on_gpu1)  # the forked child inherits it
+    monkeypatch.setattr(fields, "read_gpu_fields", dies_on_gpu1)  # the forked child inherits it
     section = probe(tmp_path, healthy())
     assert section["status"] == "error"
     assert "the NVML child process exited with status 3 while calling " in section["error"]
@@ -577,7 +579,7 @@ def test_child_that_raises_is_reported(tmp_path: Path, monkeypatch: pytest.Monke
     def broken(*args: Any) -> None:
         raise RuntimeError("probe bug")
 
-    monkeypatch.setattr(nvml, "_read_gpu_fields", broken)
+    monkeypatch.setattr(fields, "read_gpu_fields", broken)
     section = probe(tmp_path, healthy())
     assert section["status"] == "error"
     assert "RuntimeError: probe bug" in section["error"]
@@ -607,14 +609,14 @@ def test_start_keeps_its_deadline_when_collected_late(tmp_path: Path, forked_pid
 
 
 def test_subprocess_fallback_gives_the_same_facts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nvml, "_can_fork", lambda: False)
+    monkeypatch.setattr(child, "can_fork", lambda: False)
     ctx = make_context(root=str(HOSTS / "healthy-2gpu"))
     assert nvml.collect(ctx) == HEALTHY
     assert psutil.Process().children() == []
 
 
 def test_subprocess_fallback_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nvml, "_can_fork", lambda: False)
+    monkeypatch.setattr(child, "can_fork", lambda: False)
     answers = set_answer(healthy(), 0, "nvmlDeviceGetTemperature(0)", {"hang": True})
     started = time.monotonic()
     section = probe(tmp_path, answers, timeout=1.5)
@@ -698,9 +700,9 @@ def test_call_keys() -> None:
 
 
 def test_helpers() -> None:
-    assert nvml.normalise_bus_id("00000000:9A:00.0") == "0000:9a:00.0"
-    assert nvml.mask_to_ids([0b1011, 1 << 63, 0, 1]) == [0, 1, 3, 127, 192]
-    assert nvml.mask_to_ids([]) == []
+    assert fields.normalise_bus_id("00000000:9A:00.0") == "0000:9a:00.0"
+    assert fields.mask_to_ids([0b1011, 1 << 63, 0, 1]) == [0, 1, 3, 127, 192]
+    assert fields.mask_to_ids([]) == []
 
 
 def test_live_probe_without_gpu_says_why() -> None:
@@ -739,7 +741,7 @@ def test_real_gpu_probe_and_recording(tmp_path: Path) -> None:
     assert check_answers(recorded) is None
     replayed = probe(tmp_path, recorded)
     for want, got in zip(live["gpus"], replayed["gpus"]):
-        for key in nvml.GPU_FIELDS:
+        for key in fields.GPU_FIELDS:
             if key not in VOLATILE | {"uuid", "serial"}:
                 assert to_jsonable(got[key]) == to_jsonable(want[key]), key
         assert got["uuid"] == f"GPU-00000000-0000-0000-0000-{want['index']:012d}"
@@ -759,8 +761,8 @@ def test_nvlink_peers_are_the_gpus_reachable_over_nvlink(tmp_path: Path) -> None
     for link in range(18):
         answers["devices"][3][f"nvmlDeviceGetNvLinkState({link})"] = 0
     backend = ReplayNVML(answers)
-    sink = nvml.Assembler()
-    nvml.read_nvml(backend, sink, 1, 1, parallel=False)
+    sink = Assembler()
+    fields.read_nvml(backend, sink, 1, 1, parallel=False)
     sink.finished()
     gpus = sink.result()["gpus"]
     assert [g["nvlink_peers"] for g in gpus] == [[1], [0], [], []]
@@ -787,37 +789,22 @@ def no_prestart_left() -> Any:
 def _wait_children_gone(seconds: float = 2.0) -> list[Any]:
     end = time.monotonic() + seconds
     while psutil.Process().children() and time.monotonic() < end:
-        nvml._reap_leftovers()
-        time.sleep(0.01)
+        time.sleep(0.01)  # a killed child is reaped by gpudoctor.children's reaper thread
     return psutil.Process().children()
 
 
-@pytest.mark.parametrize(
-    ("argv", "started"),
-    [
-        (["check"], True),
-        (["gate", "--expect-gpus", "8"], True),
-        (["select", "-n", "2"], True),
-        (["check", "--root", "/tmp/x"], False),
-        (["check", "--facts=host.json"], False),
-        (["topo", "--sysfs-root", "/x/sys"], False),
-        (["check", "--help"], False),
-        (["rules", "list"], False),
-        (["run", "--numa", "--", "python", "train.py"], False),
-        (["report", "merge", "a.json"], False),
-        (["--version"], False),
-        ([], False),
-    ],
-)
-def test_prestart_only_for_a_live_probe(argv: list[str], started: bool, no_prestart_left: Any) -> None:
-    assert nvml.prestart(argv) is started
+def test_prestart_starts_one_child_and_discard_stops_it(no_prestart_left: Any) -> None:
+    assert nvml.prestart() is True
+    assert nvml.prestart() is False  # one is waiting already
+    assert len(nvml._PRESTARTED) == 1
     nvml.discard_prestarted()
+    assert not nvml._PRESTARTED
     assert _wait_children_gone() == []
 
 
 def test_prestarted_child_is_adopted_by_a_live_probe(no_prestart_left: Any) -> None:
     fresh = nvml.collect(make_context())
-    assert nvml.prestart(["check"])
+    assert nvml.prestart()
     prestarted = nvml._PRESTARTED[0][1]
     pending = nvml.start(make_context())
     assert pending.child is prestarted and not nvml._PRESTARTED
@@ -828,7 +815,7 @@ def test_prestarted_child_is_adopted_by_a_live_probe(no_prestart_left: Any) -> N
 
 @pytest.mark.parametrize("how", ["shorter deadline", "longer deadline", "fixture root"])
 def test_prestarted_child_is_not_adopted_when_it_would_differ(how: str, no_prestart_left: Any) -> None:
-    assert nvml.prestart(["gate"])
+    assert nvml.prestart()
     prestarted = nvml._PRESTARTED[0][1]
     if how == "fixture root":
         ctx = make_context(root=str(HOSTS / "healthy-2gpu"))

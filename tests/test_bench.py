@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench import analysis, runner, worker
+from gpudoctor.bench import analysis, runner
+from gpudoctor.children import MARKER
 from gpudoctor.cli import run
 from gpudoctor.facts import Unavailable, load_snapshot, to_jsonable
 from gpudoctor.schemas import validate_facts
+from gpudoctor.workers import bench as worker
 
 SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json")
 BUSES = ("0000:00:06.0", "0000:00:07.0")
@@ -247,7 +249,7 @@ def fake_worker(
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
         + ("print('a library writes to stdout', flush=True)\n" if noise else "")
         + f"for e in json.load(open({str(data)!r})):\n"
-        f"    sys.stdout.write({worker.MARKER!r} + json.dumps(e) + '\\n'); sys.stdout.flush()\n"
+        f"    sys.stdout.write({MARKER!r} + ' ' + json.dumps(e) + '\\n'); sys.stdout.flush()\n"
         "sys.stderr.write('some warning\\n')\n"
         f"time.sleep({sleep_after})\n"
         f"sys.exit({exit_code})\n",

@@ -274,7 +274,7 @@ def test_gate_deep_stopped_by_sigterm(tmp_path: Path, spawned: Any) -> None:
 
 def test_bench_stopped_by_sigint(tmp_path: Path, spawned: Any) -> None:
     pid_file = tmp_path / "worker.pid"
-    # stands in for the target interpreter: ignores `-u worker.py CONFIG`, never prints an event
+    # stands in for the target interpreter: ignores `-u bench.py CONFIG`, never prints an event
     python = executable(tmp_path / "python", f"#!/bin/sh\n{write_pid(pid_file)}\nexec sleep 60\n")
     proc = gpudoctor(spawned, "bench", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--python", python, "--no-progress")
     worker = wait_for_pid(pid_file, proc)

@@ -1,8 +1,9 @@
-"""gpudoctor bench worker: run with the target interpreter, `python worker.py CONFIG_JSON`.
+"""gpudoctor bench worker: run with the target interpreter, `python bench.py CONFIG_JSON`.
 
-Standalone on purpose (no gpudoctor import): the target Python may be a job's venv that has torch
-but not gpudoctor. It prints one JSON event per line, each prefixed with MARKER, as soon as it is
-known, so a run killed at its deadline still leaves what it measured:
+Standalone on purpose (no gpudoctor import, see gpudoctor.workers): the target Python may be a
+job's venv that has torch but not gpudoctor. It prints one event per line in gpudoctor's line
+protocol (:func:`emit`) as soon as it is known, so a run killed at its deadline still leaves what
+it measured:
 
   {"event": "start", torch and device facts}      {"event": "plan", "steps": N}
   {"event": "step", "done": i, "label": "..."}    {"event": "result", "gpu": i, "test": ..., ...}
@@ -34,7 +35,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
-MARKER = "@@GPUDOCTOR-BENCH@@"
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -687,11 +687,13 @@ def torch_facts(torch: Any) -> Dict[str, Any]:
     return out
 
 
-def main(argv: List[str]) -> int:
-    def emit(obj: Dict[str, Any]) -> None:
-        sys.stdout.write(MARKER + json.dumps(obj, default=str) + "\n")
-        sys.stdout.flush()
+def emit(obj: Dict[str, Any]) -> None:
+    """One event line of gpudoctor.children's protocol (its MARKER, a space, compact JSON)."""
+    sys.stdout.write("@@GPUDOCTOR@@ " + json.dumps(obj, default=str, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
 
+
+def main(argv: List[str]) -> int:
     try:
         config = json.loads(argv[1]) if len(argv) > 1 else {}
     except ValueError as exc:

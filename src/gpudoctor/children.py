@@ -402,7 +402,7 @@ def event_line(event: str, **fields: Any) -> bytes:
     cannot import gpudoctor, carries its own three lines that write the same)."""
     import json
 
-    body = json.dumps(dict(fields, event=event), separators=(",", ":"))
+    body = json.dumps({"event": event, **fields}, separators=(",", ":"))
     return _MARKER_BYTES + b" " + body.encode("utf-8") + b"\n"
 
 

@@ -827,3 +827,41 @@ def test_prestarted_child_is_not_adopted_when_it_would_differ(how: str, no_prest
     if how == "fixture root":
         assert section == HEALTHY
     assert _wait_children_gone() == []
+
+
+# --- the child's events ------------------------------------------------------------------------
+
+
+def test_the_child_reports_in_the_one_line_protocol() -> None:
+    from gpudoctor.children import parse_event
+
+    r, w = os.pipe()
+    pipe = child._PipeSink(w)
+    pipe.calling("nvmlDeviceGetName", 0)
+    pipe.system("device_count", 1)
+    pipe.gpu(0, "name", "NVIDIA H100 80GB HBM3")
+    pipe.gpu(0, "serial", Unavailable("not_supported", "nvmlDeviceGetSerial: not supported"))
+    pipe.gpu_done(0)
+    pipe.finished()
+    os.close(w)
+    with os.fdopen(r, "rb") as stream:
+        lines = stream.read().splitlines()
+    events = [parse_event(line) for line in lines]
+    assert [e["event"] if e else None for e in events] == ["call", "system", "gpu", "gpu", "gpu_done", "end"]
+    sink = Assembler()
+    for line in lines:
+        child.dispatch(line, sink)
+    assert sink.complete and sink.crash is None and sink.gpus_done == {0}
+    assert sink.gpu_facts[0]["serial"] == Unavailable("not_supported", "nvmlDeviceGetSerial: not supported")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"C [\"nvmlInit\", null]", b'@@GPUDOCTOR@@ {"event":"gpu","index":0', b'@@GPUDOCTOR@@ {"event":"teleport"}'],
+)
+def test_a_line_from_the_child_that_is_not_an_event_is_its_breakage(line: bytes) -> None:
+    sink = Assembler()
+    child.dispatch(line, sink)
+    assert sink.crash is not None and sink.crash.startswith("unreadable message from the NVML child")
+    section = sink.result()
+    assert section["status"] == "error" and "unreadable message from the NVML child" in section["error"]

@@ -1,7 +1,8 @@
 """Child processes under a deadline: how gpudoctor starts, reads, stops and accounts for them.
 
 Every child gpudoctor starts (the NVML probe, a tool such as ``nvcc --version``, the ``--python``
-interpreter, the ``gate --deep`` device test, the bench worker) goes through this module:
+interpreter, the ``gate --deep`` device test, the bench worker) goes through this module, as a
+:class:`Child` (a program, or with :meth:`Child.forked` a forked copy of gpudoctor):
 
 - it is **registered** while it may be alive (:func:`register`; :class:`Child` does it), so that
   however gpudoctor ends (the console entry's exit, an exception, SIGINT, SIGTERM or SIGHUP)
@@ -13,6 +14,9 @@ interpreter, the ``gate --deep`` device test, the bench worker) goes through thi
   gpudoctor a megabyte, not gigabytes, and not the whole deadline;
 - it is **never waited on** with a blocking wait: a child stuck in the kernel (a hung GPU) cannot
   be killed, so it is reaped by a daemon thread whenever it exits (:func:`forget`);
+- a worker or the forked NVML child **reports in one line format**: :data:`MARKER`, a space and a
+  compact JSON object with an ``"event"`` (:func:`event_line`), read back by :func:`parse_event`
+  as strict, bounded JSON; other lines are not events;
 - every single wait (poll, sleep) lasts at most :data:`MAX_WAIT` seconds (:func:`wait_seconds`,
   :func:`poll_ms`): a deadline of weeks, or ``inf``, would overflow poll()'s C int of
   milliseconds; the loops re-check their deadline instead.

@@ -3,7 +3,7 @@
 What a user depends on: the other GPU is still read in full; the facts the failed call feeds
 are unavailable with the right reason (and nothing else is lost, unless the GPU itself is);
 the rules that need those facts are unknown, never pass or fail; a lost GPU and a
-driver/library mismatch get findings of their own. tests/probes/test_nvml.py has the
+driver/library mismatch get findings of their own. tests/probes/nvml/ has the
 probe-level basics (one call, hangs, the recorder); this file sweeps every call and kind.
 """
 
@@ -30,7 +30,7 @@ from gpudoctor.probes.nvml.replay import ReplayNVML
 from gpudoctor.probes.nvml.section import Assembler
 from tests.conftest import probed
 from tests.hardening.roots import light_copy
-from tests.probes.test_nvml import HEALTHY, healthy, probe, set_answer
+from tests.probes.nvml.answers import HEALTHY, healthy, probe, set_answer
 
 # Which facts of a GPU entry each per-GPU call feeds (keys as recorded: name(args)).
 CALL_FIELDS: dict[str, tuple[str, ...]] = {

@@ -44,7 +44,7 @@ The package, by concern (each imports only those above it):
   thread: NVML is thread-safe and ctypes releases the GIL, so the GPUs' first-call latencies
   overlap and one hung GPU does not leave the others unread);
 - :mod:`.section`: the parent's assembly of the ``nvml`` section from the child's events;
-- :mod:`.record`: the recorder's backend (child side);
+- :mod:`.recorder`: the recorder's backend (child side; :func:`record` here runs it);
 - :mod:`.child`: the child process, its events (gpudoctor.children's line protocol) and the
   parent's reading of them under the deadline;
 - here: the probe's API. :func:`start` forks the child without waiting, so a caller can overlap

@@ -116,7 +116,7 @@ def dispatch(line: bytes, sink: Assembler) -> None:
         sink.crashed(f"unreadable message from the NVML child ({type(exc).__name__}: {exc}): {line[:80]!r}")
 
 
-def _open_backend(plan: dict[str, Any], sink: Sink) -> Any:
+def open_backend(plan: dict[str, Any], sink: Sink) -> Any:
     """The backend the child reads: recorded answers or the real pynvml. None after init_failed."""
     replay = plan.get("replay")
     try:
@@ -152,11 +152,11 @@ def child_main(plan: dict[str, Any], fd: int) -> None:
         pass
     sink = _PipeSink(fd)
     try:
-        backend = _open_backend(plan, sink)
+        backend = open_backend(plan, sink)
         if backend is not None:
             cpu_words, node_words = int(plan.get("cpu_words", 1)), int(plan.get("node_words", 1))
             if plan.get("mode") == "record":
-                from .record import RecordingBackend
+                from .recorder import RecordingBackend
 
                 recorder = RecordingBackend(backend, scrub=bool(plan.get("scrub", True)))
                 read_nvml(recorder, sink, cpu_words, node_words)

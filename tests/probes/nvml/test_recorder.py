@@ -16,7 +16,7 @@ from gpudoctor.context import ProbeContext
 from gpudoctor.facts import Unavailable, to_jsonable
 from gpudoctor.probes import nvml
 from gpudoctor.probes.nvml import fields, record
-from gpudoctor.probes.nvml.record import RecordingBackend
+from gpudoctor.probes.nvml.recorder import RecordingBackend
 from gpudoctor.probes.nvml.replay import ReplayNVML, check_answers
 from tests.probes.nvml.answers import (
     HAS_GPU,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpudoctor import children
+from gpudoctor.children import stopping
 from gpudoctor.workers import bench as bench_worker
 
 LINE = b'@@GPUDOCTOR@@ {"event":"result","gpu":0,"tflops":712.5}'
@@ -98,9 +99,9 @@ def test_a_child_that_never_answers_is_killed_at_its_deadline() -> None:
     child.kill(0.5)
     assert time.monotonic() - started < 1.0 + 1.0 and events == []
     end = time.monotonic() + 5
-    while child.pid in children.registered() and time.monotonic() < end:
+    while child.pid in stopping.registered() and time.monotonic() < end:
         time.sleep(0.01)
-    assert child.pid not in children.registered()
+    assert child.pid not in stopping.registered()
 
 
 def test_a_child_stuck_in_the_kernel_is_never_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,12 +122,12 @@ def test_a_child_stuck_in_the_kernel_is_never_waited_for(monkeypatch: pytest.Mon
     child.kill(0.2)
     assert time.monotonic() - started < 0.2 + 0.2 + 0.5
     assert child.killed and child.poll() is None
-    assert real_pid in children.registered()  # still accounted for: kill_all() would reach it
+    assert real_pid in stopping.registered()  # still accounted for: kill_all() would reach it
     released.set()
     end = time.monotonic() + 5
-    while real_pid in children.registered() and time.monotonic() < end:
+    while real_pid in stopping.registered() and time.monotonic() < end:
         time.sleep(0.01)
-    assert real_pid not in children.registered()
+    assert real_pid not in stopping.registered()
 
 
 def _report(fd: int) -> None:
@@ -139,13 +140,13 @@ def test_a_forked_copy_is_read_and_reaped_like_any_child() -> None:
     if not hasattr(os, "fork") or threading.active_count() != 1:
         pytest.skip("forking needs a single-threaded process")
     child = children.Child.forked(_report, name="copy")
-    assert children.registered().get(child.pid) is False  # in gpudoctor's own group: killed by pid
+    assert stopping.registered().get(child.pid) is False  # in gpudoctor's own group: killed by pid
     events = []
     outcome = child.read(time.monotonic() + 10, stdout_line=lambda raw: events.append(children.parse_event(raw)))
     assert outcome == children.EOF
     assert events[0] is None and events[1] == {"event": "ready", "pid": child.pid} and events[2] == {"event": "end"}
     assert child.wait(time.monotonic() + 10) == 0 and child.describe_exit() == "exited with status 0"
-    assert child.pid not in children.registered()
+    assert child.pid not in stopping.registered()
     child.close()
 
 
@@ -166,4 +167,4 @@ def test_a_forked_copy_that_hangs_is_killed_and_says_how_it_ended() -> None:
     child.kill(0.5)
     assert seen == [{"event": "call", "call": "nvmlInit", "gpu": None}]
     assert child.returncode is not None and child.describe_exit() == "was killed by signal 9 (SIGKILL)"
-    assert child.pid not in children.registered() and time.monotonic() - started < 2.0
+    assert child.pid not in stopping.registered() and time.monotonic() - started < 2.0

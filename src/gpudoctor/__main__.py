@@ -5,7 +5,7 @@ is started before click is even imported, when the command line asks for a live 
 start-up overlaps the parsing; see gpudoctor.probes.nvml.prestart. Whether a command line will
 probe this machine is decided here (:func:`_probes_live`), not in the probe.
 
-The first step installs the stop-signal handlers (gpudoctor.children): from then on SIGINT,
+The first step installs the stop-signal handlers (gpudoctor.children.stopping): from then on SIGINT,
 SIGTERM and SIGHUP kill every child gpudoctor started and end it with status 128 + the signal,
 without a traceback; a Ctrl-C that comes even earlier, while the handlers are being installed,
 ends it the same way.
@@ -18,16 +18,16 @@ import sys
 
 def main() -> None:
     try:
-        from . import children
+        from .children import stopping
 
-        children.install_handlers()
+        stopping.install_handlers()
         if _probes_live(sys.argv[1:]):
             from .probes import nvml
 
             nvml.prestart()
         from .cli import entry
     except BaseException as exc:
-        loaded = sys.modules.get(f"{__package__}.children")
+        loaded = sys.modules.get(f"{__package__}.children.stopping")
         stop = loaded.stop_in(exc) if loaded is not None else exc if isinstance(exc, KeyboardInterrupt) else None
         if stop is None:
             raise
@@ -59,11 +59,11 @@ def _stopped_early(exc: BaseException) -> None:
     signo = 2 if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signo", None)
     if signo is None:
         raise exc  # a SystemExit of someone else's: not ours to turn into a status
-    children = sys.modules.get(f"{__package__}.children")
+    stopping = sys.modules.get(f"{__package__}.children.stopping")
     line = "gpudoctor: interrupted"
-    if children is not None:
-        signo = children.settle() or signo  # blocks further signals; kills what was registered
-        line = children.describe(signo)
+    if stopping is not None:
+        signo = stopping.settle() or signo  # blocks further signals; kills what was registered
+        line = stopping.describe(signo)
     nvml = sys.modules.get(f"{__package__}.probes.nvml")
     if nvml is not None:
         nvml.discard_prestarted()

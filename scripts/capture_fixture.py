@@ -228,7 +228,7 @@ def main() -> int:
     if not args.no_nvml:
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-            from gpudoctor.probes.nvml_record import record  # type: ignore[import-not-found]
+            from gpudoctor.probes.nvml import record  # type: ignore[import-not-found]
 
             (dest / "nvml.json").write_text(json.dumps(record(scrub=True), indent=1) + "\n")
         except Exception as exc:  # the capture of files is still useful

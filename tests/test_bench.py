@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench import analysis, runner, worker
+from gpudoctor.bench import analysis, runner
+from gpudoctor.children import MARKER
 from gpudoctor.cli.root import run
 from gpudoctor.facts import Unavailable, load_snapshot, to_jsonable
 from gpudoctor.schemas import validate_facts
+from gpudoctor.workers import bench as worker
+from gpudoctor.workers import bench_method as method
 
 SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json")
 BUSES = ("0000:00:06.0", "0000:00:07.0")
@@ -53,7 +56,7 @@ class FakeBackend:
     @contextmanager
     def _op(self, key: str):
         if key in self.unsupported:
-            raise worker.Unsupported(f"no {key} here")
+            raise method.Unsupported(f"no {key} here")
         if key in self.broken:
             raise RuntimeError(f"CUDA error in {key}")
         yield Op(self.ms[key])
@@ -114,7 +117,7 @@ H200_MS = {
 
 def collect(backend, devices, mode="quick"):
     events = []
-    worker.run(backend, devices, mode, events.append)
+    method.run(backend, devices, mode, events.append)
     return events
 
 
@@ -126,12 +129,12 @@ def results_of(events):
 
 
 def test_rate_arithmetic():
-    assert worker.matmul_flops(8192, 8192, 8192) == 2 * 8192**3
-    assert worker.tflops(2 * 8192**3, 1.4) == pytest.approx(785.4, abs=0.1)
-    assert worker.gbps(2 * 2 * GIB, 1.0) == pytest.approx(4294.97, abs=0.01)
-    assert worker.median([3.0, 1.0, 2.0]) == 2.0
-    assert worker.median([4.0, 1.0, 2.0, 3.0]) == 2.5
-    assert worker.spread_pct([9.0, 10.0, 11.0]) == pytest.approx(20.0)
+    assert method.matmul_flops(8192, 8192, 8192) == 2 * 8192**3
+    assert method.tflops(2 * 8192**3, 1.4) == pytest.approx(785.4, abs=0.1)
+    assert method.gbps(2 * 2 * GIB, 1.0) == pytest.approx(4294.97, abs=0.01)
+    assert method.median([3.0, 1.0, 2.0]) == 2.0
+    assert method.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert method.spread_pct([9.0, 10.0, 11.0]) == pytest.approx(20.0)
 
 
 def test_measure_warms_up_sizes_the_batch_and_takes_the_median():
@@ -143,8 +146,8 @@ def test_measure_warms_up_sizes_the_batch_and_takes_the_median():
         now[0] += 0.1  # every look at the clock: 100 ms later
         return now[0]
 
-    settings = worker.Settings(warmup_s=0.5, repeats=5, batch_ms=25.0)
-    timing = worker.measure(backend, 0, op, settings, clock=clock)
+    settings = method.Settings(warmup_s=0.5, repeats=5, batch_ms=25.0)
+    timing = method.measure(backend, 0, op, settings, clock=clock)
     assert timing["inner"] == math.ceil(25.0 / 2.0)  # batches of at least batch_ms
     assert timing["ms"] == pytest.approx(2.0)
     assert timing["repeats"] == 5 and timing["spread_pct"] == 0.0
@@ -162,7 +165,7 @@ def test_measure_reports_the_median_of_uneven_batches():
         def time_calls(self, gpu, fn, count, during=None):
             return next(self.batch_ms) * (count if count > 1 else 1)
 
-    timing = worker.measure(Uneven(), 0, Op(1.0), worker.Settings(warmup_s=0.0, repeats=5, batch_ms=25.0))
+    timing = method.measure(Uneven(), 0, Op(1.0), method.Settings(warmup_s=0.0, repeats=5, batch_ms=25.0))
     assert timing["ms"] == pytest.approx(20.0)  # median of 10, 20, 30, 10, 25 per call
     assert timing["spread_pct"] == pytest.approx((30 - 10) / 20 * 100)
 
@@ -216,10 +219,10 @@ def test_worker_reports_unsupported_and_broken_tests_and_carries_on():
 
 def test_merge_load_keeps_the_worst_reading():
     acc: dict = {}
-    worker.merge_load(
+    method.merge_load(
         acc, {"clocks_event_reasons": 0x4, "sm_clock_mhz": 1900, "temperature_c": 60, "power_draw_w": 650}
     )
-    worker.merge_load(
+    method.merge_load(
         acc, {"clocks_event_reasons": 0x40, "sm_clock_mhz": 1300, "temperature_c": 88, "power_draw_w": 600}
     )
     assert acc == {
@@ -247,7 +250,7 @@ def fake_worker(
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
         + ("print('a library writes to stdout', flush=True)\n" if noise else "")
         + f"for e in json.load(open({str(data)!r})):\n"
-        f"    sys.stdout.write({worker.MARKER!r} + json.dumps(e) + '\\n'); sys.stdout.flush()\n"
+        f"    sys.stdout.write({MARKER!r} + ' ' + json.dumps(e) + '\\n'); sys.stdout.flush()\n"
         "sys.stderr.write('some warning\\n')\n"
         f"time.sleep({sleep_after})\n"
         f"sys.exit({exit_code})\n",
@@ -550,3 +553,20 @@ def test_worker_loads_gpudoctors_nvml_binding_from_a_file(tmp_path):
     config = json.loads(runner.worker_argv("/usr/bin/python3", {"mode": "quick"})[-1])
     binding = runner.pynvml_file()
     assert config.get("pynvml_file") == binding and (binding is None or binding.endswith("pynvml.py"))
+
+
+def test_the_worker_script_runs_alone_where_its_directory_is_not_on_the_path(tmp_path):
+    # A worker runs in the target interpreter, maybe with -I or PYTHONSAFEPATH: bench.py loads
+    # bench_method.py beside it by path, never by import (and never imports gpudoctor).
+    import shutil
+
+    for name in ("bench.py", "bench_method.py"):
+        shutil.copy(Path(runner.worker_path()).with_name(name), tmp_path / name)
+    config = {"mode": "cpu-smoke", "device_type": "cpu"}
+    argv = [sys.executable, "-I", "-u", str(tmp_path / "bench.py"), json.dumps(config)]
+    result = runner.run_worker(argv, 120, env=dict(os.environ, PYTHONSAFEPATH="1"))
+    assert result.status in ("no_torch", "ok"), (result.status, result.error, result.stderr_tail)
+    if result.status == "ok":  # torch is there: the CPU smoke run measured something
+        assert result.done and result.results
+    else:
+        assert "torch" in result.error and result.start.get("python") is None

@@ -5,7 +5,7 @@ is started before click is even imported, when the command registry says the com
 probe this machine (gpudoctor.cli.registry.probes_early), so its start-up overlaps the parsing;
 see gpudoctor.probes.nvml.prestart.
 
-The first step installs the stop-signal handlers (gpudoctor.children): from then on SIGINT,
+The first step installs the stop-signal handlers (gpudoctor.children.stopping): from then on SIGINT,
 SIGTERM and SIGHUP kill every child gpudoctor started and end it with status 128 + the signal,
 without a traceback; a Ctrl-C that comes even earlier, while the handlers are being installed,
 ends it the same way.
@@ -18,18 +18,18 @@ import sys
 
 def main() -> None:
     try:
-        from . import children
+        from .children import stopping
 
-        children.install_handlers()
+        stopping.install_handlers()
         from .cli.registry import probes_early
 
         if probes_early(sys.argv[1:]):
             from .probes import nvml
 
-            nvml.prestart(sys.argv[1:])
+            nvml.prestart()
         from .cli.root import entry
     except BaseException as exc:
-        loaded = sys.modules.get(f"{__package__}.children")
+        loaded = sys.modules.get(f"{__package__}.children.stopping")
         stop = loaded.stop_in(exc) if loaded is not None else exc if isinstance(exc, KeyboardInterrupt) else None
         if stop is None:
             raise
@@ -45,11 +45,11 @@ def _stopped_early(exc: BaseException) -> None:
     signo = 2 if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signo", None)
     if signo is None:
         raise exc  # a SystemExit of someone else's: not ours to turn into a status
-    children = sys.modules.get(f"{__package__}.children")
+    stopping = sys.modules.get(f"{__package__}.children.stopping")
     line = "gpudoctor: interrupted"
-    if children is not None:
-        signo = children.settle() or signo  # blocks further signals; kills what was registered
-        line = children.describe(signo)
+    if stopping is not None:
+        signo = stopping.settle() or signo  # blocks further signals; kills what was registered
+        line = stopping.describe(signo)
     nvml = sys.modules.get(f"{__package__}.probes.nvml")
     if nvml is not None:
         nvml.discard_prestarted()

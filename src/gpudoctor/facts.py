@@ -138,22 +138,6 @@ def dumps(snapshot: Mapping[str, Any]) -> str:
     return json.dumps(to_jsonable(snapshot), indent=2, sort_keys=False) + "\n"
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write text so that readers never see a half-written file.
-
-    The one output writer, gpudoctor.outputs.write_file: a regular file (or a missing one) is
-    replaced atomically with a file of mode 0666 less the umask, so that reports written into a
-    shared directory (one per rank) stay readable by whoever collects them; a device or FIFO is
-    written in place; a directory or a symbolic link to a regular file is refused. Raises
-    OSError (an OutputError's one-line text as its strerror) when the path cannot be written."""
-    from .outputs import OutputError, write_file
-
-    try:
-        write_file(path, text)
-    except OutputError as exc:
-        raise OSError(0, exc.why, os.fspath(path)) from None
-
-
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a snapshot file; raise SnapshotError with a clear message.
 

@@ -26,8 +26,8 @@ from gpudoctor.engine.templates import compile_template
 from gpudoctor.engine.views import section_views, wrap
 from gpudoctor.facts import REASONS, SnapshotError, Unavailable, load_snapshot, parse_snapshot, walk
 from gpudoctor.findings import Report, Status
+from gpudoctor.model.cpus import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.probes import host, numa, nvml, pci, toolkit, torch
-from gpudoctor.probes.files import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.render.json_report import render as render_json
 from gpudoctor.render.text import render as render_text
 from gpudoctor.tables import builtin_rules_dir, load_tables

@@ -29,10 +29,13 @@ import psutil
 import pytest
 
 from gpudoctor import children
+from gpudoctor.children import stopping
 from gpudoctor.context import make_context
 from gpudoctor.facts import Unavailable
-from gpudoctor.probes import nvml
-from gpudoctor.probes.files import CommandResult, run_bounded
+from gpudoctor.probes.nvml import make_plan
+from gpudoctor.probes.nvml.child import run_child
+from gpudoctor.probes.nvml.section import Assembler
+from gpudoctor.probes.tools import CommandResult, run_bounded
 from tests.conftest import HOSTS, SNAPSHOTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,11 +189,11 @@ def test_run_bounded_cuts_a_flood_and_kills_it(stream: str) -> None:
 
 def test_run_bounded_still_reads_a_normal_child_whole() -> None:
     script = "import sys; sys.stdout.write('o' * 300000); sys.stderr.write('e' * 200000); sys.exit(3)"
-    before = set(children.registered())
+    before = set(stopping.registered())
     result = run_bounded([sys.executable, "-c", script], 20)
     assert isinstance(result, CommandResult) and not result.cut and not result.timed_out
     assert (result.returncode, len(result.stdout), len(result.stderr)) == (3, 300000, 200000)
-    assert set(children.registered()) <= before  # reaped, so no longer registered
+    assert set(stopping.registered()) <= before  # reaped, so no longer registered
 
 
 def test_capture_hands_over_lines_across_reads_and_stops_at_its_cap() -> None:
@@ -211,15 +214,15 @@ def test_capture_hands_over_lines_across_reads_and_stops_at_its_cap() -> None:
 
 def test_a_child_is_registered_until_it_is_reaped() -> None:
     child = children.Child(["sleep", "60"])
-    assert children.registered().get(child.pid) is True  # its own process group
+    assert stopping.registered().get(child.pid) is True  # its own process group
     child.kill()
     end = time.monotonic() + 5
-    while child.pid in children.registered() and time.monotonic() < end:
+    while child.pid in stopping.registered() and time.monotonic() < end:
         time.sleep(0.01)
-    assert child.pid not in children.registered() and not alive(child.pid)
+    assert child.pid not in stopping.registered() and not alive(child.pid)
     done = children.Child([sys.executable, "-c", "print('x')"])
     assert done.read(time.monotonic() + 10) == children.EOF
-    assert done.wait(time.monotonic() + 10) == 0 and done.pid not in children.registered()
+    assert done.wait(time.monotonic() + 10) == 0 and done.pid not in stopping.registered()
 
 
 def test_deep_and_bench_runners_stop_a_worker_that_floods(tmp_path: Path) -> None:
@@ -273,7 +276,7 @@ def test_gate_deep_stopped_by_sigterm(tmp_path: Path, spawned: Any) -> None:
 
 def test_bench_stopped_by_sigint(tmp_path: Path, spawned: Any) -> None:
     pid_file = tmp_path / "worker.pid"
-    # stands in for the target interpreter: ignores `-u worker.py CONFIG`, never prints an event
+    # stands in for the target interpreter: ignores `-u bench.py CONFIG`, never prints an event
     python = executable(tmp_path / "python", f"#!/bin/sh\n{write_pid(pid_file)}\nexec sleep 60\n")
     proc = gpudoctor(spawned, "bench", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--python", python, "--no-progress")
     worker = wait_for_pid(pid_file, proc)
@@ -388,9 +391,10 @@ def test_ctrl_c_during_the_imports_kills_the_prestarted_nvml_child(tmp_path: Pat
 STARTING = r'''
 import os, signal, sys, time
 from gpudoctor import children
-children.install_handlers()
+from gpudoctor.children import stopping
+stopping.install_handlers()
 try:
-    with children.starting:
+    with stopping.starting:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)  # the handler runs now, and must not raise yet
         child = children.Child(["sleep", "60"])
@@ -493,8 +497,8 @@ def test_a_huge_nvml_timeout_reads_the_replayed_nvml_as_the_default_does(huge: f
 @pytest.mark.parametrize("timeout", [1e7, float("inf")])
 def test_the_nvml_child_under_a_huge_timeout(timeout: float) -> None:
     ctx = make_context(root=HEALTHY)
-    sink = nvml.Assembler()
-    assert nvml.run_child(nvml.make_plan(ctx), timeout, sink) is None
+    sink = Assembler()
+    assert run_child(make_plan(ctx), timeout, sink) is None
     assert sink.result(None)["status"] == "ok"
 
 
@@ -520,7 +524,7 @@ def test_every_wait_is_clamped() -> None:
 def test_a_stop_signal_wrapped_by_python_is_still_a_stop() -> None:
     """A signal during click's import once arrived inside a class's __set_name__, which Python
     re-raises as a RuntimeError caused by the handler's exception: a traceback, not exit 130."""
-    from gpudoctor.children import Stopped, stop_in
+    from gpudoctor.children.stopping import Stopped, stop_in
 
     try:
         try:

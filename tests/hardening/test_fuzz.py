@@ -16,7 +16,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudoctor.probes.files import MAX_CPU_ID, format_cpulist, parse_cpulist
+from gpudoctor.model.cpus import MAX_CPU_ID, format_cpulist, parse_cpulist
 from gpudoctor.probes.pci import GEN_BY_SPEED
 from tests.hardening import fuzzing
 from tests.hardening.fuzzing import fuzz

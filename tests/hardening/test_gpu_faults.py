@@ -29,6 +29,8 @@ from gpudoctor.engine.runner import run_rules
 from gpudoctor.facts import Unavailable, to_jsonable
 from gpudoctor.findings import Status
 from gpudoctor.probes import collect_all, nvml
+from gpudoctor.probes.nvml import child as nvml_child
+from gpudoctor.probes.nvml.fields import GPU_FIELDS
 
 pytestmark = pytest.mark.gpu
 
@@ -89,8 +91,8 @@ def inject(monkeypatch: pytest.MonkeyPatch, call: str, gpu: int | None, fault: s
 
         return FaultyNVML(pynvml, call, gpu, fault)
 
-    monkeypatch.setattr(nvml, "_open_backend", open_backend)
-    monkeypatch.setattr(nvml, "_can_fork", lambda: True)  # the fallback child would not inherit it
+    monkeypatch.setattr(nvml_child, "open_backend", open_backend)
+    monkeypatch.setattr(nvml_child, "can_fork", lambda: True)  # the fallback child would not inherit it
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +128,10 @@ def test_one_call_blocks_on_the_last_gpu(monkeypatch: pytest.MonkeyPatch, clean:
     assert f"stuck in {call}" in section["error"] and f"on GPU {last}" in section["error"]
     for index, (got, want) in enumerate(zip(section["gpus"][:last], clean["gpus"][:last])):
         assert got["lost"] is False, index
-        assert same(got, want, nvml.GPU_FIELDS) == [], index  # the other GPUs, read in full, from the driver
+        assert same(got, want, GPU_FIELDS) == [], index  # the other GPUs, read in full, from the driver
     stuck = section["gpus"][last]
     assert stuck["lost"] is True
-    assert any(isinstance(stuck[f], Unavailable) and stuck[f].reason == "timeout" for f in nvml.GPU_FIELDS)
+    assert any(isinstance(stuck[f], Unavailable) and stuck[f].reason == "timeout" for f in GPU_FIELDS)
     no_child_left()
 
 
@@ -143,7 +145,7 @@ def test_one_call_fails_on_gpu_0(monkeypatch: pytest.MonkeyPatch, clean: dict[st
     assert isinstance(width, Unavailable) and "nvmlDeviceGetCurrPcieLinkWidth" in width.detail
     assert section["gpus"][0]["lost"] is (fault in ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN"))
     for index in range(1, len(clean["gpus"])):
-        assert same(section["gpus"][index], clean["gpus"][index], nvml.GPU_FIELDS) == []
+        assert same(section["gpus"][index], clean["gpus"][index], GPU_FIELDS) == []
     no_child_left()
 
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.hardening.roots import light_copy
-from tests.probes.test_nvml import healthy, set_answer
+from tests.probes.nvml.answers import healthy, set_answer
 
 NVML_TIMEOUT = 1.0
 TIMEOUT = 3.0

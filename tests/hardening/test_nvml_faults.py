@@ -3,7 +3,7 @@
 What a user depends on: the other GPU is still read in full; the facts the failed call feeds
 are unavailable with the right reason (and nothing else is lost, unless the GPU itself is);
 the rules that need those facts are unknown, never pass or fail; a lost GPU and a
-driver/library mismatch get findings of their own. tests/probes/test_nvml.py has the
+driver/library mismatch get findings of their own. tests/probes/nvml/ has the
 probe-level basics (one call, hangs, the recorder); this file sweeps every call and kind.
 """
 
@@ -24,11 +24,13 @@ from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
 from gpudoctor.facts import Unavailable
 from gpudoctor.findings import Cause, Finding, Status
-from gpudoctor.probes import nvml
-from gpudoctor.probes.nvml_replay import ReplayNVML
+from gpudoctor.probes.nvml.errors import error_name
+from gpudoctor.probes.nvml.fields import GPU_FIELDS, read_nvml
+from gpudoctor.probes.nvml.replay import ReplayNVML
+from gpudoctor.probes.nvml.section import Assembler
 from tests.conftest import probed
 from tests.hardening.roots import light_copy
-from tests.probes.test_nvml import HEALTHY, healthy, probe, set_answer
+from tests.probes.nvml.answers import HEALTHY, healthy, probe, set_answer
 
 # Which facts of a GPU entry each per-GPU call feeds (keys as recorded: name(args)).
 CALL_FIELDS: dict[str, tuple[str, ...]] = {
@@ -130,8 +132,8 @@ def table_key(key: str) -> str:
 
 def read(answers: dict[str, Any], parallel: bool = True) -> dict[str, Any]:
     """The nvml section, read in this process by the very code the probe's child runs."""
-    sink = nvml.Assembler()
-    nvml.read_nvml(ReplayNVML(answers), sink, 1, 1, parallel=parallel)
+    sink = Assembler()
+    read_nvml(ReplayNVML(answers), sink, 1, 1, parallel=parallel)
     sink.finished()
     return sink.result()
 
@@ -139,7 +141,7 @@ def read(answers: dict[str, Any], parallel: bool = True) -> dict[str, Any]:
 @functools.cache
 def call_order() -> list[str]:
     backend = ReplayNVML(healthy())
-    nvml.read_nvml(backend, nvml.Assembler(), 1, 1, parallel=False)
+    read_nvml(backend, Assembler(), 1, 1, parallel=False)
     return list(dict.fromkeys(table_key(call) for call in backend.calls))
 
 
@@ -157,14 +159,14 @@ def field_order() -> list[str]:
 def test_the_tables_cover_every_call_the_probe_makes() -> None:
     calls = set(call_order()) - {"nvmlInit", "nvmlDeviceGetHandleByIndex"}
     assert calls == set(CALL_FIELDS) | set(SYSTEM_CALLS)
-    assert set(field_order()) == set(nvml.GPU_FIELDS)
+    assert set(field_order()) == set(GPU_FIELDS)
     import pynvml  # type: ignore[import-untyped]
 
     for name in ERRORS:
         assert isinstance(getattr(pynvml, name), int), name
     # every code pynvml knows has its name in the probe's table, so a detail never says "error 6"
     codes = {v: k for k, v in vars(pynvml).items() if k.startswith("NVML_ERROR_") and isinstance(v, int)}
-    assert {code: nvml._error_name(code) for code in codes} == codes
+    assert {code: error_name(code) for code in codes} == codes
 
 
 def check_gpu_call_fault(gpu: int, call: str, kind: str) -> list[str]:
@@ -227,7 +229,7 @@ def test_handle_failure_marks_only_that_gpu_lost(gpu: int, kind: str) -> None:
     section = read(set_answer(healthy(), gpu, "nvmlDeviceGetHandleByIndex", error(kind)))
     entry = section["gpus"][gpu]
     assert entry["lost"] is True and entry["index"] == gpu
-    for field in nvml.GPU_FIELDS:
+    for field in GPU_FIELDS:
         fact = entry[field]
         assert isinstance(fact, Unavailable) and fact.reason == ERRORS[kind][0]
         assert fact.detail.startswith(f"no NVML handle for GPU {gpu}: ") and "nvmlDeviceGetHandleByIndex" in fact.detail

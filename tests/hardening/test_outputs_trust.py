@@ -292,12 +292,12 @@ def test_every_output_option_writes_a_device_in_place(capsys, tmp_path, option):
     assert is_chardev(null) and is_chardev(full) and sorted(os.listdir(out_dir)) == sorted([null.name, full.name])
 
 
-def test_write_atomic_uses_the_writer(tmp_path):
-    from gpudoctor.facts import write_atomic
+def test_write_file_on_a_full_device_says_so(tmp_path):
+    from gpudoctor.outputs import OutputError, write_file
 
     full = chardev(tmp_path / "full", 7)
-    with pytest.raises(OSError, match="No space left on device"):
-        write_atomic(full, "x")  # what gate --distributed writes its --json with
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_file(full, "x")  # what gate --distributed writes its --json with
     assert is_chardev(full)
 
 

@@ -308,7 +308,7 @@ def test_nvrm_version_regex_is_linear() -> None:
 def test_cpulist_ranges_do_not_multiply() -> None:
     # 300 KB of "0-65535,": expanding every range before merging them wanted ~100 GB
     _finishes(
-        "from gpudoctor.probes.files import parse_cpulist\n"
+        "from gpudoctor.model.cpus import parse_cpulist\n"
         "assert parse_cpulist(','.join(['0-65535'] * 37500)) == list(range(65536))\n",
         2.0,
     )

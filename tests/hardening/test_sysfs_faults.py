@@ -185,7 +185,7 @@ def test_every_file_broken_the_same_way(tmp_path: Path, capsys: pytest.CaptureFi
     root = host_copy(tmp_path / "host")
     rng = random.Random(mode)
     for path in files_of(root):
-        if path.name != "nvml.json":  # NVML's recording has its own tests (tests/probes/test_nvml.py)
+        if path.name != "nvml.json":  # NVML's recording has its own tests (tests/probes/nvml/)
             CORRUPTIONS[mode](path, rng)
     snapshot = probe(root)
     assert_sound(snapshot)

@@ -15,7 +15,7 @@ import pytest
 from gpudoctor.findings import Cause, Status
 from gpudoctor.preflight.api import run
 from gpudoctor.preflight.device_findings import deep_findings
-from gpudoctor.preflight.device_test import parse_event, start_deep
+from gpudoctor.preflight.device_test import parse_events, start_deep
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.schemas import load_schema
@@ -249,8 +249,8 @@ def test_ignored_collectives_are_not_run():
 
 
 def test_event_lines_follow_the_one_child_line_protocol():
-    assert parse_event('@@GPUDOCTOR@@ {"event":"begin","gpu":0}') == {"event": "begin", "gpu": 0}
-    assert parse_event(b'@@GPUDOCTOR@@ {"event":"done","ok":true}\n') == {"event": "done", "ok": True}
+    good = '@@GPUDOCTOR@@ {"event":"begin","gpu":0}\n@@GPUDOCTOR@@ {"event":"done","ok":true}\n'
+    assert parse_events(good) == [{"event": "begin", "gpu": 0}, {"event": "done", "ok": True}]
     for line in (
         "NCCL INFO Bootstrap : Using eth0",  # a library's print
         '@@GPUDOCTOR@@ {"event":"end","gpu":',  # cut by the kill
@@ -260,4 +260,4 @@ def test_event_lines_follow_the_one_child_line_protocol():
         '@@GPUDOCTOR@@ ["event"]',
         "@@GPUDOCTOR@@ " + '{"event":"x","pad":"' + "a" * (1 << 17) + '"}',  # longer than any event
     ):
-        assert parse_event(line) is None, line
+        assert parse_events(line) == [], line

@@ -20,6 +20,7 @@ import pytest
 from gpudoctor.context import ProbeContext
 from gpudoctor.facts import Unavailable
 from gpudoctor.probes import torch as torch_probe
+from gpudoctor.probes import torch_fatbin
 from tests.helpers.sections import section_keys, validate_section
 from tests.helpers.tree import deny, write_tree
 
@@ -102,13 +103,13 @@ def libtorch_cuda(fatbin: bytes | None = None) -> bytes:
 def test_fatbin_scan(tmp_path: Path) -> None:
     lib = tmp_path / "libtorch_cuda.so"
     lib.write_bytes(libtorch_cuda(cu121_fatbin()))
-    assert torch_probe.scan_fatbin_archs(str(lib)) == ["sm_80", "sm_90", "compute_90"]
+    assert torch_fatbin.scan_fatbin_archs(str(lib)) == ["sm_80", "sm_90", "compute_90"]
 
 
 def test_fatbin_blackwell_headers(tmp_path: Path) -> None:
     lib = tmp_path / "libtorch_cuda.so"
     lib.write_bytes(libtorch_cuda(container([(CUBIN, 100, 4000), (CUBIN, 120, 10), (PTX, 120, 5)])))
-    assert torch_probe.scan_fatbin_archs(str(lib)) == ["sm_100", "sm_120", "compute_120"]
+    assert torch_fatbin.scan_fatbin_archs(str(lib)) == ["sm_100", "sm_120", "compute_120"]
 
 
 @pytest.mark.parametrize(
@@ -127,18 +128,18 @@ def test_fatbin_blackwell_headers(tmp_path: Path) -> None:
 def test_fatbin_scan_refuses_what_it_does_not_know(tmp_path: Path, content: bytes, words: str) -> None:
     lib = tmp_path / "libtorch_cuda.so"
     lib.write_bytes(content)
-    result = torch_probe.scan_fatbin_archs(str(lib))
+    result = torch_fatbin.scan_fatbin_archs(str(lib))
     assert isinstance(result, Unavailable) and result.reason == "not_supported"
     assert words in result.detail
     assert "--torch-import" in result.detail
 
 
 def test_fatbin_scan_missing_and_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert reason(torch_probe.scan_fatbin_archs(str(tmp_path / "nope.so"))) == "not_found"
+    assert reason(torch_fatbin.scan_fatbin_archs(str(tmp_path / "nope.so"))) == "not_found"
     lib = tmp_path / "libtorch_cuda.so"
     lib.write_bytes(libtorch_cuda(cu121_fatbin()))
     deny(monkeypatch, [lib])
-    assert reason(torch_probe.scan_fatbin_archs(str(lib))) == "no_permission"
+    assert reason(torch_fatbin.scan_fatbin_archs(str(lib))) == "no_permission"
 
 
 def test_fatbin_scan_reads_headers_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,9 +186,9 @@ def test_fatbin_scan_reads_headers_only(tmp_path: Path, monkeypatch: pytest.Monk
         read.append(size)
         return real_pread(fd, size, offset)
 
-    monkeypatch.setattr(torch_probe.os, "pread", counting_pread)
+    monkeypatch.setattr(torch_fatbin.os, "pread", counting_pread)
     started = time.perf_counter()
-    assert torch_probe.scan_fatbin_archs(str(lib)) == ["sm_80", "sm_90"]
+    assert torch_fatbin.scan_fatbin_archs(str(lib)) == ["sm_80", "sm_90"]
     elapsed = time.perf_counter() - started
     assert sum(read) < 100_000, sum(read)
     assert len(read) < 2 * containers + containers + 10

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..engine.subjects import is_compute_gpu, normalise_bus_id
-from ..probes.files import format_cpulist
+from ..model.cpus import format_cpulist
 
 
 def cpulist(cpus: Iterable[int]) -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..children import CUT, DEADLINE, DONE, Child, deadline_in
-from .worker import MARKER
+from .. import workers
+from ..children import CUT, DEADLINE, DONE, MARKER, Child, deadline_in, parse_event
 
 Progress = Callable[[int, int, str], None]
 # What the worker may print on stdout (its events are a few hundred bytes each; a full bench of
@@ -44,7 +44,7 @@ class BenchRun:
 
 
 def worker_path() -> str:
-    return str(Path(__file__).with_name("worker.py"))
+    return workers.path("bench")
 
 
 def pynvml_file() -> str | None:
@@ -133,17 +133,13 @@ def run_worker(
     tail: collections.deque[str] = collections.deque(maxlen=40)
 
     def on_stdout(raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace").strip()
-        if not text.startswith(MARKER):
-            if text:
-                tail.append(text[:500])  # stray prints of torch or a library: kept for the error message
-            return
-        try:
-            event = json.loads(text[len(MARKER) :])
-        except ValueError:
-            return
-        if isinstance(event, dict):
+        event = parse_event(raw)
+        if event is not None:
             handle_event(run, event, progress)
+            return
+        text = raw.decode("utf-8", "replace").strip()
+        if text and not text.startswith(MARKER):  # a malformed event line is dropped
+            tail.append(text[:500])  # stray prints of torch or a library: kept for the error message
 
     def on_stderr(raw: bytes) -> None:
         tail.append(raw.decode("utf-8", "replace").rstrip()[:500])

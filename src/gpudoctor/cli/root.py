@@ -91,8 +91,8 @@ def run(argv: Sequence[str] | None = None, command: click.Command | None = None,
         if stream == 1:
             say(f"gpudoctor: error: cannot write {STDOUT}: {printable(exc.strerror or exc)}")
         return 2
-    except Exception as exc:  # a stop signal that Python wrapped on its way (see children.stop_in)
-        from ..children import stop_in
+    except Exception as exc:  # a stop signal that Python wrapped on its way (see children.stopping.stop_in)
+        from ..children.stopping import stop_in
 
         stop = stop_in(exc)
         if stop is None:
@@ -119,20 +119,20 @@ def _show_click_error(exc: click.ClickException) -> None:
 def entry() -> None:
     # SIGINT, SIGTERM, SIGHUP: every child gpudoctor started is killed at once, and the command
     # unwinds (children.Stopped, a SystemExit that run() turns into status 128 + the signal).
-    from .. import children
+    from ..children import stopping
 
-    children.install_handlers()  # done already by __main__.main; a second call does nothing
+    stopping.install_handlers()  # done already by __main__.main; a second call does nothing
     try:
         try:
             code = run()
         finally:
-            stopped = children.settle()  # signals blocked from here; every registered child killed
+            stopped = stopping.settle()  # signals blocked from here; every registered child killed
     except (SystemExit, KeyboardInterrupt) as exc:  # a stop signal just outside run()'s own handlers
-        stopped = children.settle()
+        stopped = stopping.settle()
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
     if stopped is not None:
         code = 128 + stopped
-        children.say_stopped(stopped)
+        stopping.say_stopped(stopped)
     nvml = sys.modules.get("gpudoctor.probes.nvml")  # not imported: nothing was prestarted
     if nvml is not None:
         nvml.discard_prestarted()

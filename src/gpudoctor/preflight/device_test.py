@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..children import CUT, EOF, Child
+from ..children import CUT, EOF, Child, parse_event
 from ..findings import Cause
-from ..inputs import parse_json
 
 WORKER = Path(__file__).resolve().parent.parent / "workers" / "device_test.py"
 GPU_STEPS = ("context", "memory", "matmul")
@@ -82,28 +81,14 @@ class DeepResult:
         }
 
 
-# The one child line protocol: ``@@GPUDOCTOR@@ <compact JSON object>`` with an "event" key.
-MARKER = "@@GPUDOCTOR@@"
 # An event line is short (a step's result); a longer line is not one of the worker's.
 MAX_EVENT_LINE = 64 << 10
 
 
-# joined with children.parse_event at merge
-def parse_event(line: bytes | str) -> dict[str, Any] | None:
-    """One event from a worker's line, or None for a line that is not one (a library's print, a
-    line cut by the kill, JSON that is not strict, an object without "event")."""
-    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-    if len(text) > MAX_EVENT_LINE or not text.startswith(MARKER + " "):
-        return None
-    try:
-        event = parse_json(text[len(MARKER) + 1 :].strip(), "worker event", "event line")
-    except ValueError:  # InputError: not strict JSON
-        return None
-    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
-
-
 def parse_events(stdout: str) -> list[dict[str, Any]]:
-    return [event for event in map(parse_event, stdout.splitlines()) if event is not None]
+    """The worker's events in the one child line protocol (gpudoctor.children.parse_event)."""
+    events = (parse_event(line, limit=MAX_EVENT_LINE) for line in stdout.splitlines())
+    return [event for event in events if event is not None]
 
 
 class DeepRun:

@@ -5,6 +5,10 @@ raises for a missing or broken source (those become Unavailable facts), and
 reads every path through the context root. A probe that crashes anyway is
 recorded as crashed in ``meta.probes`` and its section becomes unavailable
 (error); the other probes still run.
+
+What a probe may import: the base layer only (context, facts, inputs, children, model, schemas,
+tables) and the other probe modules; never the engine, advice, the gate, bench, render or the
+CLI, which all read what the probes wrote. Worker scripts are not imported, only run.
 """
 
 from __future__ import annotations

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..context import MAX_LINK_HOPS, ProbeContext, RootedError, excerpt
 from ..facts import Unavailable
+from ..model.cpus import parse_cpulist
 
 T = TypeVar("T")
 
@@ -183,60 +182,6 @@ def read_int(ctx: ProbeContext, absolute: str, base: int = 10) -> int | Unavaila
     return read_parsed(ctx, absolute, lambda s: parse_int(s, base))
 
 
-# Highest CPU (or memory node) id believed: Linux builds for at most 8192 CPUs (x86 MAXSMP);
-# anything far above is garbage, and a mask sized from it would be huge.
-MAX_CPU_ID = (1 << 16) - 1
-_CPULIST_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """Parse a kernel cpulist ("0-3,8,10-11"; "" is empty). Raises ValueError.
-
-    Linear in the text: ranges are merged before they are expanded, so a megabyte of
-    "0-65535," costs one expansion, not a hundred thousand."""
-    text = text.strip()
-    if not text:
-        return []
-    ranges: list[tuple[int, int]] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if ":" in part:  # "0-15:2/4" style is not used by sysfs cpulists; refuse clearly
-            raise ValueError(f"unsupported cpulist range {excerpt(part, 30)}")
-        # ASCII digits only: int() would also take "+3", "1_0" and other scripts' digits
-        match = _CPULIST_PART.fullmatch(part) if len(part) <= 24 else None  # no id has more digits
-        if match is None:
-            raise ValueError(f"bad cpulist entry {excerpt(part, 30)}")
-        lo = int(match.group(1))
-        hi = int(match.group(2)) if match.group(2) is not None else lo
-        if hi < lo or hi > MAX_CPU_ID:
-            raise ValueError(f"bad cpulist range {excerpt(part, 30)}")
-        ranges.append((lo, hi))
-    ranges.sort()
-    out: list[int] = []
-    top = -1  # highest id already in out
-    for lo, hi in ranges:
-        if hi > top:
-            out.extend(range(max(lo, top + 1), hi + 1))
-            top = hi
-    return out
-
-
-def format_cpulist(cpus: list[int]) -> str:
-    """Format CPU ids as a compact kernel-style list ("0-3,8")."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def read_cpulist(ctx: ProbeContext, absolute: str) -> list[int] | Unavailable:
     path = ctx.path(absolute)
     fs = ctx.contained()
@@ -367,72 +312,6 @@ def read_bytes(ctx: ProbeContext, absolute: str, limit: int = MAX_READ) -> bytes
         return _read_at(ctx, absolute, path, limit)
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         return unavailable_from_oserror(path, exc)
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a bounded child process left behind: exit status and decoded output. ``cut``: it
-    printed more than run_bounded's cap on a pipe and was killed; the output is what came first."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    cut: bool = False
-
-
-def run_bounded(
-    argv: Sequence[str],
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    *,
-    partial: bool = False,
-    cap: int | None = None,
-) -> CommandResult | Unavailable:
-    """Run ``argv`` (never through a shell) with a hard wall-clock limit; never raise, never hang.
-
-    The child gets its own session, so on timeout the whole process group is killed
-    (a ``python`` wrapper script and its grandchildren too). A child stuck in the
-    kernel (uninterruptible sleep after a GPU fault) may not die at once: it is
-    reaped by a daemon thread, never waited for here. A missing program is
-    not_found, an unexecutable one no_permission, a timeout is timeout; with
-    ``partial=True`` a timeout returns what the child printed so far instead,
-    marked ``timed_out``.
-
-    Each pipe is read up to ``cap`` bytes (default gpudoctor.children.OUTPUT_CAP, 1 MiB); a
-    child that prints more is killed at once: an error, or with ``partial=True`` what came
-    first, marked ``cut``. The child is killed on every way out (an exception, a signal:
-    see gpudoctor.children).
-    """
-    from ..children import CUT, DEADLINE, OUTPUT_CAP, Child, deadline_in
-
-    limit = OUTPUT_CAP if cap is None else cap
-    try:
-        child = Child(argv, env=env, stdout_cap=limit, stderr_cap=limit)
-    except FileNotFoundError:
-        return Unavailable("not_found", f"{argv[0]}: no such program")
-    except PermissionError:
-        return Unavailable("no_permission", f"{argv[0]}: not executable")
-    except (OSError, ValueError, IndexError) as exc:  # IndexError: an empty argv
-        return Unavailable("error", f"{argv[0] if argv else '(nothing)'}: cannot start: {exc}")
-    deadline = deadline_in(max(0.01, timeout))
-    outcome = child.read(deadline)
-    code = child.wait(deadline) if outcome not in (CUT, DEADLINE) else None
-    child.close()  # kills it when it is still running (past its deadline, or past its cap)
-    out, err = child.stdout.text(), child.stderr.text()
-    if outcome == CUT:
-        if partial:
-            return CommandResult(-9, out, err, cut=True)
-        size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
-        return Unavailable(
-            "error", f"{argv[0]} printed more than {size} on {child.cut_stream()} and was stopped"
-        )
-    if code is None:
-        if partial:
-            return CommandResult(-9, out, err, True)
-        # the full path: "python did not finish" would not say which of a host's interpreters hung
-        return Unavailable("timeout", f"{argv[0]} did not finish within {timeout:.1f} s and was killed")
-    return CommandResult(code, out, err)
 
 
 def _mode(ctx: ProbeContext, absolute: str) -> int:

@@ -30,9 +30,9 @@ from typing import Any, Mapping
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from ..model.cpus import parse_cpulist
 from .files import (
     exists,
-    parse_cpulist,
     parse_recorded_json,
     read_cpulist,
     read_lines,
@@ -40,8 +40,8 @@ from .files import (
     read_recorded,
     read_text,
     resolve_path,
-    run_bounded,
 )
+from .tools import run_bounded
 
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "HSA_", "PYTORCH_", "TORCH_", "NVIDIA_",

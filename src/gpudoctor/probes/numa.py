@@ -26,7 +26,8 @@ from typing import Any, List, Tuple, Union
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
-from .files import MAX_CPU_ID, list_dir, read_cpulist, read_int, read_lines, read_parsed, read_text
+from ..model.cpus import MAX_CPU_ID
+from .files import list_dir, read_cpulist, read_int, read_lines, read_parsed, read_text
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"

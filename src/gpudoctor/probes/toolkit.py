@@ -31,9 +31,9 @@ from .files import (
     read_bytes,
     read_text,
     resolve_path,
-    run_bounded,
     search_dirs,
 )
+from .tools import run_bounded
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -54,7 +54,7 @@ def _value(v: Any) -> str:
     if isinstance(v, Unavailable):
         return f"unavailable ({v.reason})"
     if isinstance(v, list) and v and all(isinstance(x, int) for x in v) and len(v) > 6:
-        from ..probes.files import format_cpulist
+        from ..model.cpus import format_cpulist
 
         return f"[{format_cpulist(v)}]"
     text = printable(format_value(v))

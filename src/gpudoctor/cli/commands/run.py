@@ -264,9 +264,10 @@ def probe_for_run(
     """The facts sections the plan reads, from the live machine (or a tree), cheaply."""
     from ...context import make_context
     from ...facts import Unavailable
+    from ...model.cpus import parse_cpulist
     from ...probes import numa as numa_probe
     from ...probes import pci as pci_probe
-    from ...probes.files import list_dir, parse_cpulist, read_lines
+    from ...probes.files import list_dir, read_lines
     from ...probes.host import gpu_env
 
     ctx = make_context(root=root, sysfs_root=sysfs_root, procfs_root=procfs_root, timeout=nvml_timeout + 5.0,

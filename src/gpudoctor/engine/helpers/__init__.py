@@ -7,6 +7,6 @@ versions   versions, GPU architectures, wheel tags (version, arch_supported, whe
 devices    visible-devices values, GPUs per NUMA node, OS support (visible_devices_problem, ...)
 common     what they share: fields of fact views, short numbers in strings, cut error texts
 
-Engine layer: imports engine.views, gpudoctor.facts and gpudoctor.inputs (and probes.files for
+Engine layer: imports engine.views, gpudoctor.facts and gpudoctor.inputs (and model.cpus for
 cpulist); never the rest of the engine. docs/rules-helpers.md is generated from the docstrings.
 """

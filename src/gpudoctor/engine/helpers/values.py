@@ -40,7 +40,7 @@ def cpulist(cpus: Iterable[int]) -> str:
     Example: cpulist([0, 1, 2, 3, 8]) → "0-3,8"
     Example: cpulist(gpu.local_cpus) → "0-15,32-47"
     """
-    from ...probes.files import format_cpulist
+    from ...model.cpus import format_cpulist
 
     return format_cpulist(list(cpus))
 

@@ -8,7 +8,7 @@ is a backend that answers from a recorded file instead, so a fixture root
 code that runs against a real driver. Errors are raised as real
 ``pynvml.NVMLError`` subclasses, so one wrapper handles both.
 
-Recorded format (format 1), written by ``gpudoctor.probes.nvml_record.record``
+Recorded format (format 1), written by ``gpudoctor.probes.nvml.record``
 (from a live machine) and by ``tests/fixtures/make_nvml.py`` (hand-made)::
 
     {
@@ -76,7 +76,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
-from ..inputs import InputError, parse_json, type_name
+from ...inputs import InputError, parse_json, type_name
 
 FORMAT = 1
 # A recording of 8 GPUs is about 100 KB.
@@ -116,7 +116,7 @@ def load_answers(path: str | Path) -> dict[str, Any]:
     The file is outside input (a fixture or image root): read as gpudoctor.inputs reads every such
     file (a regular file, bounded, strict JSON), and a symbolic link is not followed: the path
     comes from ProbeContext.recorded, which has resolved the name inside the root already."""
-    from ..inputs import read_text_input
+    from ...inputs import read_text_input
 
     path = Path(path)
     try:

@@ -1,11 +1,12 @@
-"""Record a machine's NVML answers in the replay format (``nvml.json`` of a fixture root).
+"""The recorder's backend: a machine's NVML answers in the replay format (``nvml.json`` of a
+fixture root).
 
-:func:`record` runs the NVML probe's own query code (``nvml.read_nvml``, in the
-probe's child process under a deadline) against :class:`RecordingBackend`, a
-wrapper around pynvml that passes every call through and writes down each
-answer or NVML error under the key the fake NVML looks up
-(:func:`gpudoctor.probes.nvml_replay.call_key`). So the recorder asks exactly
-what the probe asks; there is no second query list to keep in step.
+:func:`gpudoctor.probes.nvml.record` runs the probe's own query code (``read_nvml``, in the
+probe's child process under a deadline) against :class:`RecordingBackend`, a wrapper around
+pynvml that passes every call through and writes down each answer or NVML error under the key
+the fake NVML looks up (:func:`gpudoctor.probes.nvml.replay.call_key`). So the recorder asks
+exactly what the probe asks; there is no second query list to keep in step. This module is the
+child's side only (it never starts a child), so nothing imports back into it.
 
 NVML APIs read: those of :mod:`gpudoctor.probes.nvml` (see its docstring).
 With ``scrub`` (the default) UUIDs become ``GPU-00000000-0000-0000-0000-<index
@@ -18,13 +19,10 @@ from __future__ import annotations
 import ctypes
 import json
 import threading
-from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
-from ..context import ProbeContext
-from .nvml import Assembler, make_plan, run_child
-from .nvml_replay import FORMAT, call_key
+from ... import __version__
+from .replay import FORMAT, call_key
 
 
 def scrubbed_uuid(index: int) -> str:
@@ -145,7 +143,7 @@ class RecordingBackend:
         return value
 
     def answers(self) -> dict[str, Any]:
-        """The recording, in the replay format of :mod:`gpudoctor.probes.nvml_replay`."""
+        """The recording, in the replay format of :mod:`gpudoctor.probes.nvml.replay`."""
         with self._lock:
             count = max(self._devices) + 1 if self._devices else 0
             answers = {
@@ -157,22 +155,3 @@ class RecordingBackend:
             }
             copied: dict[str, Any] = json.loads(json.dumps(answers))  # a snapshot, and proof it is JSON
         return copied
-
-
-def record(scrub: bool = True, timeout: float = 30.0, replay: str | Path | None = None) -> dict[str, Any]:
-    """Record this machine's NVML answers (or re-record `replay`) as a replay document.
-
-    Runs in the NVML probe's child process under `timeout`. An NVML that cannot
-    be initialised is recorded as such (``"init": {"error": ...}``); a hang or
-    a broken child raises RuntimeError naming the call.
-    """
-    ctx = ProbeContext(nvml_replay=Path(replay) if replay is not None else None)
-    plan = dict(make_plan(ctx, mode="record"), scrub=scrub)
-    sink = Assembler()
-    interrupted = run_child(plan, timeout, sink)
-    if interrupted is not None:
-        raise RuntimeError(f"NVML answers not recorded: {interrupted[1]}")
-    if sink.answers is None:
-        detail = sink.init_failure[3] if sink.init_failure else "no recording came back from the NVML child"
-        raise RuntimeError(f"NVML answers not recorded: {detail}")
-    return sink.answers

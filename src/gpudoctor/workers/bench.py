@@ -1,301 +1,49 @@
-"""gpudoctor bench worker: run with the target interpreter, `python worker.py CONFIG_JSON`.
+"""gpudoctor bench worker: run with the target interpreter, `python bench.py CONFIG_JSON`.
 
-Standalone on purpose (no gpudoctor import): the target Python may be a job's venv that has torch
-but not gpudoctor. It prints one JSON event per line, each prefixed with MARKER, as soon as it is
-known, so a run killed at its deadline still leaves what it measured:
+Standalone on purpose (no gpudoctor import, see gpudoctor.workers): the target Python may be a
+job's venv that has torch but not gpudoctor. It prints one event per line in gpudoctor's line
+protocol (:func:`emit`) as soon as it is known, so a run killed at its deadline still leaves what
+it measured:
 
   {"event": "start", torch and device facts}      {"event": "plan", "steps": N}
   {"event": "step", "done": i, "label": "..."}    {"event": "result", "gpu": i, "test": ..., ...}
   {"event": "done"}
 
-Method (the same for every test): warm up for a fixed time, size a batch of calls so that one timed
-batch lasts tens of milliseconds, time repeated batches with device events (CUDA/HIP events on the
-device's stream, so launch gaps on the host do not count), report the median per call and the
-spread. Matmuls warm up longer (1 s in --quick): a chip under its power limit starts a burst at
-boost clocks and settles lower within a few hundred milliseconds (an H200 at its 700 W cap: from
-1980 MHz to about 1500 MHz, about 9 % fewer TFLOP/s), and training runs in that settled state, so
-the bench measures it. Inputs are standard normal (torch.randn), as in most benchmarks and real
-weights: never zero in practice (zeros would let the hardware save power and overstate what a
-real workload gets; in fp8 under 0.1 % of entries round to zero). Matmul sizes fill the chip
-(8192 cubed, smaller only where memory is short).
-
-The measuring code talks to a backend (TorchBackend here; tests pass a fake one), so the timing and
-arithmetic can be checked without a GPU.
+How it measures is in bench_method.py beside it (loaded by path: a worker runs as a script, where
+its directory is not on sys.path under ``python -I`` or PYTHONSAFEPATH); here are the torch
+backend and the entry point. The measuring code talks to a backend (TorchBackend here; tests pass
+a fake one), so the timing and arithmetic can be checked without a GPU.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
-MARKER = "@@GPUDOCTOR-BENCH@@"
-GIB = 1 << 30
-MIB = 1 << 20
 
-Emit = Callable[[Dict[str, Any]], None]
+def _load_module_file(name: str, path: str | None) -> Any:
+    """Import a pure-Python module from a file (NVIDIA's pynvml, shipped with gpudoctor)."""
+    import importlib.util
 
-
-class Unsupported(Exception):
-    """This test does not apply to this GPU or this torch (reported as not_supported)."""
-
-
-# ----------------------------------------------------------------------------- arithmetic
-
-
-def median(values: List[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("median of nothing")
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    if not path:
+        raise ImportError(f"no module named {name!r} in this interpreter")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def matmul_flops(m: int, n: int, k: int) -> float:
-    """A multiply-add counts as two operations: 2 * m * n * k."""
-    return 2.0 * m * n * k
-
-
-def tflops(flops: float, ms: float) -> float:
-    return flops / (ms * 1e-3) / 1e12
-
-
-def gbps(nbytes: float, ms: float) -> float:
-    """GB/s with GB = 10^9 bytes, as datasheets count bandwidth."""
-    return nbytes / (ms * 1e-3) / 1e9
-
-
-def spread_pct(samples: List[float]) -> float:
-    mid = median(samples)
-    return (max(samples) - min(samples)) / mid * 100.0 if mid > 0 else 0.0
-
-
-# ----------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class Settings:
-    matmul_n: int = 8192
-    unaligned_n: int = 0  # 0: skip the not-a-multiple-of-8 matmul (bench --full measures it)
-    warmup_s: float = 0.25
-    matmul_warmup_s: float = 1.0  # long enough for the clocks to settle under the power limit
-    repeats: int = 10
-    batch_ms: float = 25.0
-    copy_bytes: int = 2 * GIB
-    host_bytes: int = 1 * GIB
-    p2p_bytes: int = 1 * GIB
-    allreduce_bytes: int = 256 * MIB
-    all_pairs: bool = False
-
-
-MODES = {
-    "quick": Settings(),
-    "full": Settings(
-        unaligned_n=8191,
-        warmup_s=1.0,
-        matmul_warmup_s=2.0,
-        repeats=30,
-        batch_ms=50.0,
-        allreduce_bytes=1 * GIB,
-        all_pairs=True,
-    ),
-    # For tests of the whole pipeline on a machine without a GPU (torch on the CPU).
-    "cpu-smoke": Settings(
-        matmul_n=128,
-        unaligned_n=127,
-        warmup_s=0.0,
-        matmul_warmup_s=0.0,
-        repeats=3,
-        batch_ms=2.0,
-        copy_bytes=4 * MIB,
-        host_bytes=1 * MIB,
-        p2p_bytes=1 * MIB,
-        allreduce_bytes=1 * MIB,
-    ),
-}
-
-MATMUL_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
-
-
-# ----------------------------------------------------------------------------- measuring
-
-
-def measure(
-    backend: Any,
-    gpu: int,
-    fn: Callable[[], Any],
-    settings: Settings,
-    clock: Callable[[], float] = time.monotonic,
-    during: Callable[[], None] | None = None,
-    warmup_s: float | None = None,
-) -> Dict[str, Any]:
-    """Warm up (`warmup_s`, default the settings'), size the batch, time `repeats` batches;
-    per-call median in ms."""
-    deadline = clock() + (settings.warmup_s if warmup_s is None else warmup_s)
-    calls = 0
-    while calls < 2 or (clock() < deadline and calls < 10000):
-        backend.time_calls(gpu, fn, 1)
-        calls += 1
-    one = backend.time_calls(gpu, fn, 1)
-    inner = int(max(1, min(10000, math.ceil(settings.batch_ms / max(one, 1e-6)))))
-    samples = []
-    for r in range(settings.repeats):
-        hook = during if r == settings.repeats // 2 else None
-        samples.append(backend.time_calls(gpu, fn, inner, during=hook) / inner)
-    return {"ms": median(samples), "inner": inner, "repeats": settings.repeats, "spread_pct": spread_pct(samples)}
-
-
-def _matmul_result(timing: Dict[str, Any], n: int) -> Dict[str, Any]:
-    out = dict(timing)
-    out.update({"value": tflops(matmul_flops(n, n, n), timing["ms"]), "unit": "TFLOP/s", "n": n})
-    return out
-
-
-def _bytes_result(timing: Dict[str, Any], nbytes: int, moved: int) -> Dict[str, Any]:
-    out = dict(timing)
-    out.update({"value": gbps(moved, timing["ms"]), "unit": "GB/s", "bytes": nbytes})
-    return out
-
-
-@dataclass
-class Step:
-    gpu: int | None  # None: a test across GPUs
-    test: str
-    label: str
-    run: Callable[[], Dict[str, Any]]
-
-
-def plan(backend: Any, devices: List[int], settings: Settings, loads: Dict[int, Dict[str, Any]]) -> List[Step]:
-    steps: List[Step] = []
-
-    def sampler(gpu: int) -> Callable[[], None]:
-        def sample() -> None:
-            reading = backend.sample_load(gpu)
-            if reading:
-                merge_load(loads.setdefault(gpu, {}), reading)
-
-        return sample
-
-    for gpu in devices:
-        for dtype in MATMUL_DTYPES:
-
-            def mm(gpu: int = gpu, dtype: str = dtype) -> Dict[str, Any]:
-                n = backend.fit_matmul_n(gpu, settings.matmul_n, dtype)
-                with backend.matmul(gpu, dtype, n) as fn:
-                    timing = measure(
-                        backend, gpu, fn, settings, during=sampler(gpu), warmup_s=settings.matmul_warmup_s
-                    )
-                    return _matmul_result(timing, n)
-
-            steps.append(Step(gpu, f"matmul_{dtype}", f"GPU {gpu}: {dtype} matmul", mm))
-        if settings.unaligned_n:
-
-            def mm_unaligned(gpu: int = gpu) -> Dict[str, Any]:
-                n = settings.unaligned_n
-                with backend.matmul(gpu, "bf16", n) as fn:
-                    return _matmul_result(measure(backend, gpu, fn, settings, warmup_s=settings.matmul_warmup_s), n)
-
-            steps.append(
-                Step(gpu, "matmul_bf16_unaligned", f"GPU {gpu}: bf16 matmul {settings.unaligned_n}^3", mm_unaligned)
-            )
-
-        def copy(gpu: int = gpu) -> Dict[str, Any]:
-            nbytes = backend.fit_copy_bytes(gpu, settings.copy_bytes)
-            with backend.device_copy(gpu, nbytes) as fn:
-                # a copy reads and writes every byte: counted twice, as STREAM and nvbandwidth do
-                return _bytes_result(measure(backend, gpu, fn, settings), nbytes, 2 * nbytes)
-
-        steps.append(Step(gpu, "copy", f"GPU {gpu}: device memory copy", copy))
-        for direction in ("h2d", "d2h"):
-
-            def host(gpu: int = gpu, direction: str = direction) -> Dict[str, Any]:
-                nbytes = settings.host_bytes
-                with backend.host_copy(gpu, nbytes, direction) as fn:
-                    return _bytes_result(measure(backend, gpu, fn, settings), nbytes, nbytes)
-
-            word = "host→device" if direction == "h2d" else "device→host"
-            steps.append(Step(gpu, direction, f"GPU {gpu}: pinned {word}", host))
-    if len(devices) > 1:
-        if settings.all_pairs:
-            pairs = [(a, b) for a in devices for b in devices if a != b]
-        else:  # a ring: every GPU sends once and receives once (both directions with two GPUs)
-            pairs = list(dict.fromkeys((devices[i], devices[(i + 1) % len(devices)]) for i in range(len(devices))))
-        for src, dst in pairs:
-
-            def p2p(src: int = src, dst: int = dst) -> Dict[str, Any]:
-                nbytes = settings.p2p_bytes
-                with backend.peer_copy(src, dst, nbytes) as (fn, access):
-                    out = _bytes_result(measure(backend, src, fn, settings), nbytes, nbytes)
-                out.update({"src": src, "dst": dst, "peer_access": access})
-                return out
-
-            steps.append(Step(None, f"p2p_{src}_{dst}", f"GPU {src}→{dst}: peer copy", p2p))
-
-        def allreduce() -> Dict[str, Any]:
-            nbytes = settings.allreduce_bytes
-            with backend.allreduce(devices, nbytes) as fn:
-                timing = measure(backend, devices[0], fn, settings)
-            n = len(devices)
-            algbw = gbps(nbytes, timing["ms"])
-            out = dict(timing)
-            # bus bandwidth: what each GPU's links carry in a ring all-reduce (NCCL's definition)
-            out.update(
-                {
-                    "value": algbw * 2.0 * (n - 1) / n,
-                    "unit": "GB/s",
-                    "algbw_gbs": algbw,
-                    "bytes": nbytes,
-                    "gpus": n,
-                }
-            )
-            return out
-
-        steps.append(Step(None, "allreduce", f"all-reduce over {len(devices)} GPUs", allreduce))
-    return steps
-
-
-def merge_load(acc: Dict[str, Any], reading: Dict[str, Any]) -> None:
-    """Fold one NVML reading taken under load into the per-GPU summary."""
-    if isinstance(reading.get("clocks_event_reasons"), int):
-        acc["clocks_event_reasons"] = acc.get("clocks_event_reasons", 0) | reading["clocks_event_reasons"]
-    for key, pick in (("sm_clock_mhz", min), ("temperature_c", max), ("power_draw_w", max)):
-        if isinstance(reading.get(key), (int, float)):
-            acc[key] = pick(acc[key], reading[key]) if key in acc else reading[key]
-    for key in ("sm_clock_max_mhz", "power_limit_w"):
-        if reading.get(key) is not None:
-            acc[key] = reading[key]
-    acc["samples"] = acc.get("samples", 0) + 1
-
-
-def run(backend: Any, devices: List[int], mode: str, emit: Emit) -> int:
-    settings = MODES[mode]
-    loads: Dict[int, Dict[str, Any]] = {}
-    steps = plan(backend, devices, settings, loads)
-    emit({"event": "plan", "steps": len(steps), "devices": devices, "mode": mode})
-    failures = 0
-    for i, step in enumerate(steps):
-        emit({"event": "step", "done": i, "total": len(steps), "label": step.label})
-        result: Dict[str, Any] = {"event": "result", "gpu": step.gpu, "test": step.test}
-        try:
-            result.update(step.run())
-        except Unsupported as exc:
-            result["unsupported"] = str(exc)
-        except Exception as exc:  # one failing test must not lose the others
-            failures += 1
-            result["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
-            backend.recover(step.gpu)
-        emit(result)
-    for gpu in devices:
-        if gpu in loads:
-            emit({"event": "load", "gpu": gpu, **loads[gpu]})
-    emit({"event": "step", "done": len(steps), "total": len(steps), "label": "done"})
-    emit({"event": "done", "failures": failures})
-    return 0
+# The measuring method (bench_method.py beside this file), under a name of its own.
+method = _load_module_file(
+    "gpudoctor_bench_method", os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_method.py")
+)
 
 
 # ----------------------------------------------------------------------------- torch backend
@@ -415,7 +163,7 @@ class TorchBackend:
         return n
 
     def fit_copy_bytes(self, gpu: int, nbytes: int) -> int:
-        while nbytes > 64 * MIB and 2 * nbytes > 0.5 * self.free_bytes(gpu):
+        while nbytes > 64 * method.MIB and 2 * nbytes > 0.5 * self.free_bytes(gpu):
             nbytes //= 2
         return nbytes
 
@@ -431,13 +179,15 @@ class TorchBackend:
     def matmul(self, gpu: int, dtype: str, n: int) -> _Ctx:
         torch = self.torch
         if self.device_type == "cpu" and dtype in ("tf32", "fp8"):
-            raise Unsupported(f"{dtype} is a GPU tensor-core format")
+            raise method.Unsupported(f"{dtype} is a GPU tensor-core format")
         if dtype == "fp8":
             return self._fp8_matmul(gpu, n)
         if dtype == "bf16" and self.device_type != "cpu" and not self.hip:
             cc = torch.cuda.get_device_capability(gpu)
             if cc < (8, 0):
-                raise Unsupported(f"no bf16 tensor cores below compute capability 8.0 (this GPU: {cc[0]}.{cc[1]})")
+                raise method.Unsupported(
+                    f"no bf16 tensor cores below compute capability 8.0 (this GPU: {cc[0]}.{cc[1]})"
+                )
         tdtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         self._set_tf32(dtype == "tf32")
         a = self._random((n, n), tdtype, gpu)
@@ -461,19 +211,21 @@ class TorchBackend:
     def _fp8_matmul(self, gpu: int, n: int) -> _Ctx:
         torch = self.torch
         if not hasattr(torch, "_scaled_mm"):
-            raise Unsupported(f"torch {torch.__version__} has no torch._scaled_mm")
+            raise method.Unsupported(f"torch {torch.__version__} has no torch._scaled_mm")
         if self.hip:
             arch = str(getattr(torch.cuda.get_device_properties(gpu), "gcnArchName", ""))
             if not arch.startswith(("gfx94", "gfx95", "gfx12")):
-                raise Unsupported(f"no FP8 matrix cores on {arch or 'this GPU'}")
+                raise method.Unsupported(f"no FP8 matrix cores on {arch or 'this GPU'}")
             f8 = getattr(torch, "float8_e4m3fnuz" if arch.startswith("gfx94") else "float8_e4m3fn", None)
         else:
             cc = torch.cuda.get_device_capability(gpu)
             if cc < (8, 9):
-                raise Unsupported(f"FP8 tensor cores need compute capability 8.9 or newer (this GPU: {cc[0]}.{cc[1]})")
+                raise method.Unsupported(
+                    f"FP8 tensor cores need compute capability 8.9 or newer (this GPU: {cc[0]}.{cc[1]})"
+                )
             f8 = getattr(torch, "float8_e4m3fn", None)
         if f8 is None:
-            raise Unsupported(f"torch {torch.__version__} has no float8 e4m3 dtype")
+            raise method.Unsupported(f"torch {torch.__version__} has no float8 e4m3 dtype")
         a = self._random((n, n), torch.float32, gpu).to(f8)
         b = self._random((n, n), torch.float32, gpu).to(f8).t()  # _scaled_mm wants mat2 column-major
         scale = torch.ones((), device=self.dev(gpu), dtype=torch.float32)
@@ -485,7 +237,7 @@ class TorchBackend:
             fn()
             self.sync(gpu)
         except RuntimeError as exc:
-            raise Unsupported(f"torch._scaled_mm failed here: {str(exc).splitlines()[0][:200]}") from None
+            raise method.Unsupported(f"torch._scaled_mm failed here: {str(exc).splitlines()[0][:200]}") from None
 
         def cleanup() -> None:
             nonlocal a, b, scale
@@ -518,7 +270,7 @@ class TorchBackend:
     def host_copy(self, gpu: int, nbytes: int, direction: str) -> _Ctx:
         torch = self.torch
         if self.device_type == "cpu":
-            raise Unsupported("no device: host and device memory are the same")
+            raise method.Unsupported("no device: host and device memory are the same")
         host = self._pinned_buffer(nbytes)
         dev = self._random((nbytes // 4,), torch.float32, gpu).view(torch.uint8)
         host.copy_(dev)  # the host buffer holds random data too (and the first D2H warms the path)
@@ -542,7 +294,7 @@ class TorchBackend:
     def peer_copy(self, src: int, dst: int, nbytes: int) -> _Ctx:
         torch = self.torch
         if self.device_type == "cpu":
-            raise Unsupported("one CPU device")
+            raise method.Unsupported("one CPU device")
         access = bool(torch.cuda.can_device_access_peer(src, dst))
         a = self._random((nbytes // 4,), torch.float32, src)
         b = torch.empty((nbytes // 4,), device=self.dev(dst), dtype=torch.float32)
@@ -564,14 +316,14 @@ class TorchBackend:
     def allreduce(self, devices: List[int], nbytes: int) -> _Ctx:
         torch = self.torch
         if self.device_type == "cpu":
-            raise Unsupported("one CPU device")
+            raise method.Unsupported("one CPU device")
         try:
             import torch.cuda.nccl as nccl  # single-process, multi-GPU collectives (NCCL / RCCL)
         except ImportError:
-            raise Unsupported("this torch has no torch.cuda.nccl") from None
+            raise method.Unsupported("this torch has no torch.cuda.nccl") from None
         tensors = [self._random((nbytes // 4,), torch.float32, g) for g in devices]
         if not nccl.is_available(tensors):
-            raise Unsupported("NCCL is not available in this torch build")
+            raise method.Unsupported("NCCL is not available in this torch build")
 
         def fn() -> None:
             # in place, as nccl-tests does; growing sums do not change the time a sum takes
@@ -650,21 +402,6 @@ class TorchBackend:
         return self._nvml_error
 
 
-def _load_module_file(name: str, path: str | None) -> Any:
-    """Import a pure-Python module from a file (NVIDIA's pynvml, shipped with gpudoctor)."""
-    import importlib.util
-
-    if not path:
-        raise ImportError(f"no module named {name!r} in this interpreter")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {name} from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def torch_facts(torch: Any) -> Dict[str, Any]:
     """What the installed torch does by default (read before the worker changes anything)."""
     import warnings
@@ -687,11 +424,13 @@ def torch_facts(torch: Any) -> Dict[str, Any]:
     return out
 
 
-def main(argv: List[str]) -> int:
-    def emit(obj: Dict[str, Any]) -> None:
-        sys.stdout.write(MARKER + json.dumps(obj, default=str) + "\n")
-        sys.stdout.flush()
+def emit(obj: Dict[str, Any]) -> None:
+    """One event line of gpudoctor.children's protocol (its MARKER, a space, compact JSON)."""
+    sys.stdout.write("@@GPUDOCTOR@@ " + json.dumps(obj, default=str, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
 
+
+def main(argv: List[str]) -> int:
     try:
         config = json.loads(argv[1]) if len(argv) > 1 else {}
     except ValueError as exc:
@@ -699,7 +438,7 @@ def main(argv: List[str]) -> int:
         return 2
     mode = str(config.get("mode", "quick"))
     device_type = str(config.get("device_type", "cuda"))
-    if mode not in MODES:
+    if mode not in method.MODES:
         emit({"event": "fatal", "error": f"unknown mode {mode!r}"})
         return 2
     try:
@@ -739,7 +478,7 @@ def main(argv: List[str]) -> int:
             described.append({"index": g, "error": f"{type(exc).__name__}: {exc}"})
     emit({"event": "start", "devices": described, **facts})
     try:
-        run(backend, devices, mode, emit)
+        method.run(backend, devices, mode, emit)
     except Exception as exc:
         emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]})
         return 6

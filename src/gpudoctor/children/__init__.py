@@ -1,32 +1,24 @@
-"""Child processes under a deadline: how gpudoctor starts, reads, stops and accounts for them.
+"""Child processes under a deadline: how gpudoctor starts and reads them.
 
 Every child gpudoctor starts (the NVML probe, a tool such as ``nvcc --version``, the ``--python``
-interpreter, the ``gate --deep`` device test, the bench worker) goes through this module:
+interpreter, the ``gate --deep`` device test, the bench worker) goes through this package, as a
+:class:`Child` (a program, or with :meth:`Child.forked` a forked copy of gpudoctor):
 
-- it is **registered** while it may be alive (:func:`register`; :class:`Child` does it), so that
-  however gpudoctor ends (the console entry's exit, an exception, SIGINT, SIGTERM or SIGHUP)
-  :func:`kill_all` reaches it; a child started in its own session is killed with its whole
-  process group (a wrapper script's grandchildren too);
+- it is **registered** while it may be alive, killed on every way out of gpudoctor and never
+  waited on when stuck (:mod:`gpudoctor.children.stopping`: the registry and the stop signals);
 - its output is **read with a cap** (:func:`pump`): both pipes at once, until end-of-file, a
   deadline, or more than the cap (:data:`OUTPUT_CAP` per pipe unless told otherwise) has come;
   then the child is killed and its output marked cut, so a child that floods its stdout costs
   gpudoctor a megabyte, not gigabytes, and not the whole deadline;
-- it is **never waited on** with a blocking wait: a child stuck in the kernel (a hung GPU) cannot
-  be killed, so it is reaped by a daemon thread whenever it exits (:func:`forget`);
+- a worker or the forked NVML child **reports in one line format**: :data:`MARKER`, a space and a
+  compact JSON object with an ``"event"`` (:func:`event_line`), read back by :func:`parse_event`
+  as strict, bounded JSON; other lines are not events;
 - every single wait (poll, sleep) lasts at most :data:`MAX_WAIT` seconds (:func:`wait_seconds`,
   :func:`poll_ms`): a deadline of weeks, or ``inf``, would overflow poll()'s C int of
   milliseconds; the loops re-check their deadline instead.
 
-Signals: :func:`install_handlers` (the console entry's first step) makes SIGINT, SIGTERM and
-SIGHUP kill every registered child at once, then raise :class:`Stopped` (a ``SystemExit`` with
-status 128 + the signal number) in the main thread, so that clean-up code runs on the way out
-and the exit status says what stopped gpudoctor. A signal that arrives while a child is being
-started (``with starting:``) is acted on once that child is registered, so it cannot slip
-between the fork and the registry. Without the handlers (gpudoctor used as a library), the
-readers still kill their child on every exception, KeyboardInterrupt included.
-
-Cheap to import (os, signal, sys, time; subprocess and threading only when used): the console
-entry imports it before anything else.
+Base layer: imports the standard library (subprocess, select, json only when used), its own
+:mod:`.stopping`, and gpudoctor.inputs (strict JSON) when an event is read.
 """
 
 from __future__ import annotations
@@ -34,16 +26,15 @@ from __future__ import annotations
 import math
 import os
 import signal
-import sys
 import time
 from typing import IO, Any, Callable, Mapping, Sequence
+
+from .stopping import forget, forget_in_child, kill, register, starting, unregister
 
 # What one pipe of a child may bring before the child is stopped and its output marked cut.
 OUTPUT_CAP = 1 << 20
 # Longest single wait, in seconds; loops that wait for longer re-check their deadline.
 MAX_WAIT = 3600.0
-# Signals that stop gpudoctor (and its children) through the handlers.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _READ_SIZE = 1 << 16
 _LATE_READS = 64  # reads of what is already in the pipes once the deadline has passed
@@ -75,195 +66,6 @@ def alarm_seconds(timeout: float, slack: int = 2) -> int:
     except (OverflowError, ValueError):  # inf, NaN
         whole = (1 << 31) - 1
     return max(1, min(whole + slack, (1 << 31) - 1))
-
-
-# ---------------------------------------------------------------------------
-# The registry of live children.
-
-# pid -> whether the child leads its own process group (then the whole group is killed).
-_LIVE: dict[int, bool] = {}
-# The process the registry belongs to: a forked child inherits the dict but not the children.
-_OWNER = os.getpid()
-
-
-def register(pid: int, group: bool) -> None:
-    """Record a child that may be alive; `group`: it leads its own process group."""
-    _LIVE[pid] = group
-
-
-def unregister(pid: int) -> None:
-    """The child was reaped: its pid may be reused, never signal it again."""
-    _LIVE.pop(pid, None)
-
-
-def registered() -> dict[int, bool]:
-    """The children registered now (pid -> leads its own group); a copy."""
-    return dict(_LIVE)
-
-
-def kill(pid: int, group: bool) -> None:
-    """SIGKILL a child (its whole process group when it leads one); never raises, never waits."""
-    if group:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-            return
-        except OSError:
-            pass  # the group is gone, or never was: the process itself, if it is still there
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def kill_all() -> None:
-    """SIGKILL every registered child (safe in a signal handler; waits for nothing)."""
-    if os.getpid() != _OWNER:
-        return  # a forked child: these are its parent's children
-    for pid, group in list(_LIVE.items()):
-        kill(pid, group)
-
-
-def forget(proc: Any, name: str, group: bool = True) -> None:
-    """SIGKILL a subprocess.Popen child (its process group with `group`), close its pipes, and
-    leave the reaping to a daemon thread: a child stuck in the kernel may not die at once, and
-    nobody may block on it. It stays registered until that thread has reaped it."""
-    import threading
-
-    kill(proc.pid, group)
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
-
-    def reap() -> None:
-        try:
-            proc.wait()
-        except Exception:
-            return
-        unregister(proc.pid)
-
-    threading.Thread(target=reap, name=f"reap-{name}", daemon=True).start()
-
-
-def forget_in_child() -> None:
-    """In a forked child, first thing: its parent's children and signal handlers are not its own."""
-    _LIVE.clear()
-    for signo in STOP_SIGNALS:
-        try:
-            if signal.getsignal(signo) is _on_signal:
-                signal.signal(signo, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-
-
-# ---------------------------------------------------------------------------
-# Signals.
-
-
-class Stopped(SystemExit):
-    """A stop signal arrived (see install_handlers); the exit status is 128 + its number."""
-
-    def __init__(self, signo: int) -> None:
-        super().__init__(128 + signo)
-        self.signo = signo
-
-
-_received: list[int] = []  # stop signals handled, in order of arrival
-_held: list[int] = []  # arrived inside `with starting:`, to be acted on at its end
-_state = {"holding": 0, "quiet": False, "main": -1, "installed": False}
-
-
-def _on_signal(signo: int, frame: Any) -> None:
-    if os.getpid() != _OWNER:
-        os._exit(128 + signo)  # a forked child that has not reset its handlers yet
-    kill_all()
-    _received.append(signo)
-    if _state["quiet"]:
-        return
-    if _state["holding"]:
-        _held.append(signo)
-        return
-    raise Stopped(signo)
-
-
-def install_handlers() -> None:
-    """SIGINT, SIGTERM and SIGHUP: kill every registered child, raise Stopped in the main thread.
-    A signal that is ignored now (``nohup``, a background job's SIGINT) stays ignored. Only from
-    the main thread; a second call does nothing."""
-    import _thread
-
-    if _state["installed"]:
-        return
-    try:
-        for signo in STOP_SIGNALS:
-            if signal.getsignal(signo) is not signal.SIG_IGN:
-                signal.signal(signo, _on_signal)
-    except ValueError:  # not the main thread
-        return
-    _state["installed"] = True
-    _state["main"] = _thread.get_ident()
-
-
-def stopped_by() -> int | None:
-    """The first stop signal handled, or None."""
-    return _received[0] if _received else None
-
-
-def settle() -> int | None:
-    """On the way out: stop acting on signals (block them), kill every registered child, and say
-    which stop signal came (handled before, or pending now), if any."""
-    _state["quiet"] = True
-    if hasattr(signal, "pthread_sigmask"):
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            pending = [s for s in STOP_SIGNALS if s in signal.sigpending()]
-        except (OSError, ValueError):
-            pending = []
-        if pending and not _received:
-            _received.append(int(pending[0]))
-    kill_all()
-    return stopped_by()
-
-
-def describe(signo: int) -> str:
-    """The one line said on stderr when a signal stopped gpudoctor."""
-    if signo == signal.SIGINT:
-        return "gpudoctor: interrupted"
-    try:
-        name = signal.Signals(signo).name
-    except ValueError:
-        name = f"signal {signo}"
-    return f"gpudoctor: stopped by {name}"
-
-
-class _Starting:
-    """``with starting:`` around starting a child and registering it: a stop signal that arrives
-    inside is acted on at the end, when kill_all() reaches the new child too."""
-
-    def _mine(self) -> bool:
-        import _thread
-
-        return bool(_state["installed"]) and _thread.get_ident() == _state["main"]
-
-    def __enter__(self) -> None:
-        if self._mine():
-            _state["holding"] += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self._mine():
-            return
-        _state["holding"] = max(0, int(_state["holding"]) - 1)
-        if not _state["holding"] and _held:
-            signo = _held[0]
-            _held.clear()
-            kill_all()
-            if not _state["quiet"]:
-                raise Stopped(signo)
-
-
-starting = _Starting()
 
 
 # ---------------------------------------------------------------------------
@@ -384,6 +186,53 @@ def pump(
     return EOF
 
 
+# ---------------------------------------------------------------------------
+# The one line protocol: how a worker script or the forked NVML child reports to its parent.
+
+# An event line is MARKER, a space, one compact JSON object with an "event" key (a short string;
+# the other keys snake_case), and a newline, flushed at once. Lines without the marker are not
+# events: libraries print, and what they print is kept apart (a tail for error messages).
+MARKER = "@@GPUDOCTOR@@"
+_MARKER_BYTES = MARKER.encode("ascii")
+# The longest event line read as one: the NVML child's recording of a big host's answers is the
+# longest, a few hundred kilobytes; a longer line is not an event.
+EVENT_CAP = 8 << 20
+
+
+def event_line(event: str, **fields: Any) -> bytes:
+    """One event as the protocol writes it (gpudoctor's own forked child; a worker script, which
+    cannot import gpudoctor, carries its own three lines that write the same)."""
+    import json
+
+    body = json.dumps({"event": event, **fields}, separators=(",", ":"))
+    return _MARKER_BYTES + b" " + body.encode("utf-8") + b"\n"
+
+
+def parse_event(line: bytes | str, limit: int = EVENT_CAP) -> dict[str, Any] | None:
+    """The event a line of a child's stdout carries, or None: a line without the marker, longer
+    than `limit`, not UTF-8, not strict JSON (gpudoctor.inputs.parse_json: no NaN, bounded
+    integers and nesting), not an object, or without a string "event"."""
+    from ..inputs import InputError, parse_json
+
+    if len(line) > limit:
+        return None
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    line = line.strip()
+    if not line.startswith(MARKER):
+        return None
+    try:
+        data = parse_json(line[len(MARKER) :], "a child's event line", "event line")
+    except InputError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+        return None
+    return data
+
+
 def sleep_until(deadline: float, step: float) -> None:
     time.sleep(min(step, wait_seconds(deadline - time.monotonic())))
 
@@ -391,7 +240,8 @@ def sleep_until(deadline: float, step: float) -> None:
 class Child:
     """A program run in its own session (never through a shell), registered while it may live,
     its stdout and stderr read by :meth:`read` with a cap each. Raises OSError (as
-    subprocess.Popen does) when it cannot be started."""
+    subprocess.Popen does) when it cannot be started. :meth:`forked` runs a function in a forked
+    copy of gpudoctor instead, read the same way."""
 
     def __init__(
         self,
@@ -404,9 +254,8 @@ class Child:
     ) -> None:
         import subprocess
 
-        self.name = name or (os.path.basename(argv[0]) if argv else "?")
         with starting:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -415,11 +264,49 @@ class Child:
                 start_new_session=True,
                 close_fds=True,
             )
-            register(self.proc.pid, True)
-        out: IO[bytes] = self.proc.stdout  # type: ignore[assignment]
-        err: IO[bytes] = self.proc.stderr  # type: ignore[assignment]
+            register(proc.pid, True)
+        self._adopt(proc, name or (os.path.basename(argv[0]) if argv else "?"), True, stdout_cap, stderr_cap)
+
+    @classmethod
+    def forked(cls, target: Callable[[int], None], *, name: str, stdout_cap: int = OUTPUT_CAP) -> Child:
+        """Run ``target(fd)`` in a forked copy of this process (no re-import: the NVML probe's
+        child), which reports on the pipe ``fd`` only: its stdin, stdout and stderr are
+        /dev/null, so a copy stuck in the kernel does not hold the caller's pipes open (a job
+        script reading ``$(gpudoctor check)`` would wait for it). It stays in gpudoctor's process
+        group and is killed by pid. Raises OSError when it cannot fork."""
+        r, w = os.pipe()
+        with starting:  # a stop signal now is acted on once the copy is registered
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                raise
+            if pid == 0:  # the copy: never return into the caller's code
+                code = 70
+                try:
+                    forget_in_child()
+                    os.close(r)
+                    _detach_stdio()
+                    target(w)
+                    code = 0
+                finally:
+                    os._exit(code)
+            register(pid, False)
+        os.close(w)
+        child = cls.__new__(cls)
+        child._adopt(_Forked(pid, os.fdopen(r, "rb", buffering=0)), name, False, stdout_cap, 0)
+        return child
+
+    def _adopt(self, proc: Any, name: str, group: bool, stdout_cap: int, stderr_cap: int) -> None:
+        self.proc = proc
+        self.name = name
+        self.group = group  # it leads its own process group: the whole group is killed
+        out: IO[bytes] = proc.stdout
+        err: IO[bytes] | None = proc.stderr
         self.stdout = Capture(out.fileno(), stdout_cap)
-        self.stderr = Capture(err.fileno(), stderr_cap)
+        self.stderr = Capture(err.fileno() if err is not None else -1, stderr_cap)
+        self.stderr.eof = err is None  # a forked copy has no stderr pipe
         self.returncode: int | None = None
         self.killed = False
 
@@ -460,7 +347,8 @@ class Child:
         return outcome
 
     def poll(self) -> int | None:
-        """Its exit status once it has exited (then it is unregistered), else None; never blocks."""
+        """Its exit status once it has exited (then it is unregistered), else None; never blocks.
+        As subprocess reports it: a negative status is the signal that ended it."""
         if self.returncode is None and not self.killed:
             code = self.proc.poll()
             if code is not None:
@@ -479,12 +367,17 @@ class Child:
             delay = min(delay * 2, 0.01)
         return self.returncode
 
-    def kill(self) -> None:
-        """SIGKILL its process group and never wait for it (see forget())."""
+    def kill(self, grace: float = 0.0) -> None:
+        """SIGKILL it (its process group when it leads one) and never block on it: reaped here
+        when it is gone within `grace` seconds (polled), else by a daemon thread (see forget())."""
         if self.killed or self.returncode is not None:
             return
+        kill(self.pid, self.group)
+        if grace > 0 and self.wait(deadline_in(grace)) is not None:
+            self.close()
+            return
         self.killed = True
-        forget(self.proc, self.name)
+        forget(self.proc, self.name, self.group)
 
     def close(self) -> None:
         """Done with it: an exited child's pipes are closed, a running one is killed."""
@@ -498,37 +391,62 @@ class Child:
             except OSError:
                 pass
 
+    def describe_exit(self) -> str:
+        """How it ended, for a message: "exited with status 3", "was killed by signal 9 (SIGKILL)"."""
+        code = self.returncode
+        if code is None:
+            return "did not exit"
+        if code >= 0:
+            return f"exited with status {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+
+
+class _Forked:
+    """What Child uses of a subprocess.Popen, for a forked copy of gpudoctor."""
+
+    def __init__(self, pid: int, stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin = self.stderr = None
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def _reaped(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped already (the reaper thread)
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reaped(os.WNOHANG)
+
+    def wait(self) -> int | None:  # only the reaper thread of forget() blocks here
+        return self._reaped(0)
+
+
+def _detach_stdio() -> None:
+    """In a forked copy: stdin, stdout and stderr to /dev/null."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    if null > 2:
+        os.close(null)
+
 
 def deadline_in(seconds: float) -> float:
     """time.monotonic() + seconds, for any float (inf stays inf, NaN and negatives are now)."""
     if not seconds > 0:
         return time.monotonic()
     return time.monotonic() + float(seconds)
-
-
-def _stderr_line(text: str) -> None:
-    try:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def say_stopped(signo: int) -> None:
-    """Write describe(signo) to stderr, never raising (the terminal may be gone: SIGHUP)."""
-    _stderr_line(describe(signo))
-
-
-def stop_in(exc: BaseException) -> BaseException | None:
-    """The KeyboardInterrupt or SystemExit (a Stopped) that ``exc`` is or was caused by, if any.
-    A signal can arrive in the middle of any import, and Python wraps what the handler raised in
-    some places (a RuntimeError from __set_name__ while a class is made: seen in platform.py
-    during click's import), so the chain of causes is searched, not the exception alone."""
-    current: BaseException | None = exc
-    for _ in range(16):
-        if current is None:
-            break
-        if isinstance(current, (KeyboardInterrupt, SystemExit)):
-            return current
-        current = current.__cause__ or current.__context__
-    return None

@@ -30,6 +30,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpudoctor.facts",
             "gpudoctor.findings",
             "gpudoctor.context",
+            "gpudoctor.rootfs",
+            "gpudoctor.escaping",
             "gpudoctor.model",
             "gpudoctor.tables",
         ),

@@ -1,4 +1,10 @@
-"""gpudoctor: environment doctor and setup validator for GPU machines."""
+"""gpudoctor: environment doctor and setup validator for GPU machines.
+
+The package root holds ``__version__`` and the Python API for job scripts
+(``from gpudoctor import gate, GateFailed``), handed out from gpudoctor.preflight on first use.
+It imports nothing at import time, so ``import gpudoctor`` and every command's start-up stay
+cheap; the layers below it are described in docs/architecture.md.
+"""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ lone surrogate on a UTF-8 one) as the nearest ASCII (``->`` for ``→``) or ``?`
 raising UnicodeEncodeError.
 
 Text is written as UTF-8 (a lone surrogate as ``?``); the escaping of control characters is the
-caller's (gpudoctor.cli.output.write_output applies gpudoctor.render.safe.terminal_safe).
+caller's (gpudoctor.cli.output.write_output applies gpudoctor.escaping.terminal_safe).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ _OWN_FD = r"/(?:dev|proc/(?:self|thread-self|(?P<pid>\d+))(?:/task/\d+)?)/fd/(?P
 
 
 def _shown(path: str | os.PathLike[str]) -> str:
-    from .render.safe import printable
+    from .escaping import printable
 
     return printable(os.fspath(path))
 

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from gpudoctor.cli.root import run
+from gpudoctor.escaping import printable, terminal_safe
 from gpudoctor.outputs import OutputError, write_file
-from gpudoctor.render.safe import printable, terminal_safe
 from tests.conftest import HOSTS, REPO, SNAPSHOTS
 
 SNAPSHOT = SNAPSHOTS / "h200-x2.json"
@@ -620,7 +620,7 @@ def test_type_messages_name_the_kind_not_the_class(capsys, tmp_path):
 
 
 def test_a_copy_of_the_facts_is_not_changed_by_escaping():
-    from gpudoctor.render.safe import printable_tree
+    from gpudoctor.escaping import printable_tree
 
     data = json.loads(SNAPSHOT.read_text())
     assert printable_tree(copy.deepcopy(data)) == data

@@ -3,7 +3,7 @@
 gpudoctor runs as root on every node, and ``--root`` (with ``--sysfs-root`` / ``--procfs-root``)
 probes a tree someone else made: a mounted image, a capture sent in a bug report. Such a tree can
 hold ``proc/sys/kernel/hostname -> /etc/shadow``. Every lookup under a root that is not the live
-machine therefore resolves inside the root (gpudoctor.context.RootFS): absolute link targets are
+machine therefore resolves inside the root (gpudoctor.rootfs.RootFS): absolute link targets are
 taken from the root, ``..`` stops at it, loops end after 40 links, and only regular files and
 directories are opened (a device node in an image is this machine's device, a FIFO would wait).
 
@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from gpudoctor import context
+from gpudoctor import rootfs
 from gpudoctor.cli.root import run
 from gpudoctor.context import ProbeContext, make_context
 from gpudoctor.facts import REASONS, Unavailable, walk
@@ -47,7 +47,7 @@ def marker(name: str) -> str:
 @pytest.fixture(params=["openat2", "walk"])
 def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the kernel's RESOLVE_IN_ROOT lookup and with the portable walk."""
-    monkeypatch.setattr(context, "USE_OPENAT2", request.param == "openat2", raising=False)
+    monkeypatch.setattr(rootfs, "USE_OPENAT2", request.param == "openat2")
     return str(request.param)
 
 
@@ -247,7 +247,7 @@ def test_the_walk_and_openat2_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (root / "hostname-file").write_text("inside\n")
     snaps = []
     for use in (True, False):
-        monkeypatch.setattr(context, "USE_OPENAT2", use, raising=False)
+        monkeypatch.setattr(rootfs, "USE_OPENAT2", use)
         snap = collect_all(make_context(root=str(root), timeout=10))
         snap.pop("meta")
         snaps.append(json.dumps(snap, default=str, sort_keys=True))

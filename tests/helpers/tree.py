@@ -104,7 +104,7 @@ def deny(monkeypatch: Any, paths: Iterable[str | os.PathLike[str]]) -> None:
 
     def named(path: Any, dir_fd: Any) -> str:
         # Under a --root that is not the live machine the probes open names relative to directory
-        # descriptors (gpudoctor.context.RootFS) and reopen /proc/self/fd/N: see what they name.
+        # descriptors (gpudoctor.rootfs.RootFS) and reopen /proc/self/fd/N: see what they name.
         name = os.fsdecode(path)
         if isinstance(dir_fd, int) and not os.path.isabs(name):
             base = real_readlink(f"/proc/self/fd/{dir_fd}")

@@ -18,7 +18,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file: IO[Any] | None = None) -> None:
-        from ..render.safe import printable
+        from ..escaping import printable
 
         try:
             click.echo(f"gpudoctor: error: {printable(self.message)}", file=file, err=file is None)

@@ -37,13 +37,13 @@ def write_output(text: str | bytes, output: str | None, *, colour: bool = False,
     """Write a command's output to the file `output` (see gpudoctor.outputs.write_file for what a
     path may be), or to stdout when it is None or "-"; exit status 2 with one line if that fails.
 
-    Text passes gpudoctor.render.safe.terminal_safe first (every control character but newline
+    Text passes gpudoctor.escaping.terminal_safe first (every control character but newline
     and tab escaped; with `colour`, the renderer's SGR sequences kept), JSON included: it stays
     valid. `raw` skips that, for formats that escape on their own (JUnit XML, Prometheus, NFD)."""
     from ..outputs import OutputError, write_file, write_stdout
 
     if isinstance(text, str) and not raw:
-        from ..render.safe import terminal_safe
+        from ..escaping import terminal_safe
 
         text = terminal_safe(text, colour)
     try:

@@ -63,8 +63,8 @@ def run(argv: Sequence[str] | None = None, command: click.Command | None = None,
     ASCII (gpudoctor.outputs.use_ascii_fallback). A stdout that cannot be written (closed, a full
     disk, a reader that went away) is exit status 2 with one line on stderr, or none if stderr
     cannot be written either."""
+    from ..escaping import printable
     from ..outputs import STDOUT, failed_standard_stream, use_ascii_fallback
-    from ..render.safe import printable
 
     use_ascii_fallback()
     target = command if command is not None else main
@@ -106,7 +106,7 @@ def _show_click_error(exc: click.ClickException) -> None:
     """click's usage message, with the control characters of what it quotes (the arguments) escaped."""
     import io
 
-    from ..render.safe import terminal_safe
+    from ..escaping import terminal_safe
 
     buffer = io.StringIO()
     exc.show(file=buffer)

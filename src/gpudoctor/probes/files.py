@@ -6,7 +6,7 @@ file, garbage bytes, a permission error or a symlink loop becomes an
 
 They are also the one way a probe touches its root. On the live machine they open
 ``ctx.path(...)`` as the kernel resolves it; under any other root they go through
-``ctx.contained()`` (:class:`gpudoctor.context.RootFS`), so a link in the tree never leads out
+``ctx.contained()`` (:class:`gpudoctor.rootfs.RootFS`), so a link in the tree never leads out
 of it and a device node or FIFO in it is never opened. A probe that needs a raw descriptor, a
 link target or a stat uses :func:`open_fd`, :func:`read_link` or :func:`stat_path`, never
 ``os.open(ctx.path(...))``.
@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..context import MAX_LINK_HOPS, ProbeContext, RootedError, excerpt
+from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
 from ..model.cpus import parse_cpulist
+from ..rootfs import MAX_LINK_HOPS, RootedError
 
 T = TypeVar("T")
 

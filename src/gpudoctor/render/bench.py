@@ -1,16 +1,16 @@
 """`gpudoctor bench` output: per GPU, each measurement beside the datasheet and the node's other
 GPUs; the links between GPUs; the tuning measurements; the verdicts of rules/performance.yaml.
 Formatting only; in the text every value from the results, the facts and the findings goes
-through render.safe.printable."""
+through gpudoctor.escaping.printable."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Callable, Iterable, Mapping
 
+from ..escaping import printable
 from ..facts import Unavailable, to_jsonable
 from ..findings import Finding, Status
-from .safe import printable
 
 Style = Callable[..., str]
 

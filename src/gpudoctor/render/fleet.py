@@ -1,5 +1,5 @@
 """The fleet summary of `gpudoctor report merge` for people: no-go nodes, failures per check, per
-GPU model. Formatting only; the caller passes strings from reports through render.safe.printable."""
+GPU model. Formatting only; the caller passes strings from reports through gpudoctor.escaping.printable."""
 
 from __future__ import annotations
 

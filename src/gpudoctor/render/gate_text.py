@@ -1,14 +1,14 @@
 """The gate's report for people and job logs: on no-go the blocking lines first, then what else
 did not pass, a summary and the verdict. Formatting only; every value from the facts, the findings
-and the policy goes through render.safe.printable."""
+and the policy goes through gpudoctor.escaping.printable."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..escaping import printable
 from ..findings import Cause, Finding, Status
 from ..preflight.verdict import not_visible
-from .safe import printable
 from .text import STATUS_COLOURS, Style, badge, header, plain
 
 WIDTH = 100

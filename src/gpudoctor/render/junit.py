@@ -19,7 +19,7 @@ from ..findings import Finding, Status
 # output writer's escaping pass, and CI logs and terminals show it, so
 # carriage return, DEL, the C1 controls (``\x9b`` is an 8-bit CSI) and the bidirectional
 # embedding/override/isolate characters go too: each becomes a visible escape, as
-# gpudoctor.render.safe writes them (``\x1b``, ``\u009b``, ``\u202e``).
+# gpudoctor.gpudoctor.escaping writes them (``\x1b``, ``\u009b``, ``\u202e``).
 _NOT_SHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..escaping import printable
 from ..findings import Status
-from .safe import printable
 from .text import badge, header
 
 GIB = 1 << 30

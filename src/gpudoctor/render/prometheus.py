@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..escaping import printable_lines
 from ..findings import Status
-from .safe import printable_lines
 
 # The file is written as rendered (the output writer's escaping pass would break the format), so
 # outside text (a GPU name, a subject) is made printable here: every control character but the

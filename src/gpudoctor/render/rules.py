@@ -1,6 +1,6 @@
 """Rule catalogue views: `gpudoctor rules list` and `gpudoctor rules show`.
 
-A rule pack (--rules DIR) is outside content: its text is shown through render.safe (control
+A rule pack (--rules DIR) is outside content: its text is shown through gpudoctor.escaping (control
 characters as visible escapes; the newlines of a multi-line expression or paragraph kept)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import textwrap
 from typing import Any
 
 from ..engine.loader import Rule, RuleSet
+from ..escaping import printable, printable_flow, printable_lines
 from ..findings import AREAS
-from .safe import printable, printable_flow, printable_lines
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:

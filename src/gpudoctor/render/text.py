@@ -4,7 +4,7 @@ evidence and the fix under each failure, a summary and a verdict at the end.
 Formatting only: no judging, no I/O beyond returning a string. Colour is
 applied by the caller's ``style`` function (identity when not a terminal).
 Every value from the facts, the findings or a rule pack goes through
-render.safe.printable (control characters as visible escapes) where it is
+gpudoctor.escaping.printable (control characters as visible escapes) where it is
 interpolated, so it can neither send the terminal a control sequence nor
 start a line of its own.
 """
@@ -16,10 +16,10 @@ import textwrap
 from typing import Any, Callable, Mapping
 
 from ..engine.templates import format_value
+from ..escaping import printable, printable_flow
 from ..facts import Unavailable
 from ..findings import AREAS, Cause, Finding, Report, Severity, Status
 from .envelope import host_of, versions_of
-from .safe import printable, printable_flow
 
 Style = Callable[..., str]
 
@@ -64,7 +64,7 @@ def _value(v: Any) -> str:
 
 
 def header(facts: Mapping[str, Any]) -> str:
-    """One line saying which machine this is about (its values escaped: render.safe.printable);
+    """One line saying which machine this is about (its values escaped: gpudoctor.escaping.printable);
     the host and the versions are the report envelope's (render/envelope.py)."""
     host, versions = host_of(facts), versions_of(facts)
     bits = []

@@ -1,7 +1,7 @@
 """`gpudoctor tiers` output: the tier list as an aligned table or as JSON. Formatting only.
 
 In the text, names from the facts (this machine's GPUs), the table and the command line go
-through render.safe.printable."""
+through gpudoctor.escaping.printable."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..advice.gpu_specs import RATE_FIELDS
 from ..advice.tiers import TierList, TierRow
-from .safe import printable
+from ..escaping import printable
 
 Style = Callable[..., str]
 

@@ -223,8 +223,8 @@ def write_plot(tl: TierList, path: str) -> None:
     gpudoctor.outputs.write_file: OutputError when the path cannot be written."""
     lower = path.lower()
     if lower.endswith(".svg"):
+        from ..escaping import terminal_safe
         from ..outputs import write_file
-        from .safe import terminal_safe
 
         write_file(path, terminal_safe(render_svg(tl)))  # no control character is valid XML
     elif lower.endswith(".png"):

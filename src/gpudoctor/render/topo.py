@@ -3,7 +3,7 @@ PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a
 
 Formatting only: the layout comes from advice.numa_topology, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
-render.safe.printable.
+gpudoctor.escaping.printable.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..advice.numa_topology import (
     nics_from_facts,
     pair_nics,
 )
-from .safe import printable
+from ..escaping import printable
 
 GIB = 1 << 30
 

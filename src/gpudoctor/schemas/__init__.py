@@ -3,6 +3,9 @@
 facts.schema.json   the snapshot written by `gpudoctor probe`
 rules.schema.json   a rule file under rules/ or --rules DIR
 report.schema.json  the JSON report of `gpudoctor check --format json`
+
+Base layer: imports the standard library and fastjsonschema's generated validators beside it;
+nothing else of gpudoctor.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ...render.safe import printable
+from ...escaping import printable
 from ..errors import UserError
 from ..load import load_ruleset, obtain_facts
 from ..options import (

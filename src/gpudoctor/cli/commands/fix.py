@@ -169,13 +169,13 @@ def command(
 
 
 def _printable_facts(facts: Any) -> Any:
-    from ...render.safe import printable_tree
+    from ...escaping import printable_tree
 
     return printable_tree(facts)
 
 
 def _printable(text: str) -> str:
-    from ...render.safe import printable
+    from ...escaping import printable
 
     return printable(text)
 

@@ -186,9 +186,9 @@ def command(
                 "--distributed prints one table on rank 0 and writes --json there; "
                 "--junit, --prometheus, --nfd-features and --format are for single-node runs"
             )
+        from ...escaping import terminal_safe
         from ...preflight.distributed import run_distributed
         from ...render.gate_distributed import distributed_json, stderr_lines, stdout_text
-        from ...render.safe import terminal_safe
 
         try:
             outcome = run_distributed(policy, run_options)
@@ -237,8 +237,8 @@ def command(
         write_output(render_text(report, style=style, verbose=verbose), None, colour=coloured(style))
     else:
         if not report.go:
+            from ...escaping import terminal_safe
             from ...render.gate_text import blocking_text
-            from ...render.safe import terminal_safe
 
             err_style = style_for(sys.stderr, color)
             for line in blocking_text(report, err_style):

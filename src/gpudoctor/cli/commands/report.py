@@ -68,11 +68,11 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
 
 def _printable(fleet: Any) -> Any:
     """The fleet with every string from the reports (node names, check ids, GPU models, blocking
-    lines) through render.safe.printable: the summary interpolates them as they are, and a name
+    lines) through gpudoctor.escaping.printable: the summary interpolates them as they are, and a name
     with a newline or an escape sequence would otherwise forge a line or drive the terminal."""
     from dataclasses import fields, replace
 
-    from ...render.safe import printable_tree
+    from ...escaping import printable_tree
 
     def clean(item: Any) -> Any:
         return replace(item, **{f.name: printable_tree(getattr(item, f.name)) for f in fields(item)})

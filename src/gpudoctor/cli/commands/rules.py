@@ -56,7 +56,7 @@ def rules_validate(paths: tuple[str, ...]) -> None:
         count, errors = validate_paths(paths)
     except RuleLoadError as exc:
         raise UserError(str(exc)) from None
-    from ...render.safe import printable
+    from ...escaping import printable
 
     # one line per file with a problem, so not a UserError (which is one line in all)
     for e in errors:

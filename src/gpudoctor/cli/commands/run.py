@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import click
 
-from ...render.safe import printable
+from ...escaping import printable
 from ..errors import UserError
 from ..options import membind_option, nvml_timeout_option, strategy_option, tree_options
 from ..output import write_output

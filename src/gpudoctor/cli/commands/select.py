@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ...render.safe import printable
+from ...escaping import printable
 from ..load import load_ruleset, obtain_facts
 from ..options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
 from ..output import write_output

@@ -111,7 +111,7 @@ def printable_tree(value: Any) -> Any:
     renderers that interpolate facts without escaping them (the fix advice's text and shell
     output, the fleet summary). Values without control characters are unchanged, so the result
     judges the same."""
-    from ..facts import Unavailable
+    from .facts import Unavailable
 
     if isinstance(value, str):
         return printable(value)

@@ -71,7 +71,7 @@ def source_of(path: str) -> str:
 
             _GPU_NVML_FIELDS = frozenset(_def("nvml_gpu")["properties"]) | {"in_nvml"}
         field = rest.split(".", 1)[0]
-        if field in ("pci", "bench"):
+        if field in ("pci", "bench", "device_test"):
             return field
         return "nvml" if field in _GPU_NVML_FIELDS else "topology"
     if head in ("node", "nic"):

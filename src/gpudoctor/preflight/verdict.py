@@ -211,8 +211,12 @@ def not_visible(f: Finding) -> bool:
 
 def gate_facts(facts: Mapping[str, Any], policy: Policy, deep_result: Any = None) -> dict[str, Any]:
     """The facts with what the gate's rules (rules/gate/) judge besides them: the policy's
-    expectations (section policy) and the device test's result (section device_test)."""
-    out = {**facts, "policy": policy.facts()}
+    expectations (section policy) and the device test's result (section device_test). Those
+    sections come from this run only, never from a snapshot that brings its own."""
+    from ..engine.factpaths import GATE_SECTIONS
+
+    out = {key: value for key, value in facts.items() if key not in GATE_SECTIONS}
+    out["policy"] = policy.facts()
     if deep_result is not None:
         out["device_test"] = device_test_facts(deep_result)
     return out

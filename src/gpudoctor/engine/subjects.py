@@ -3,7 +3,9 @@
 A GPU subject joins what sysfs (PCI) and NVML say about one card by PCI
 bus id, so a GPU that fell off NVML but is still on the bus is a subject
 too, and every GPU is named by index *and* bus id. NVML fields of a GPU
-NVML does not list are unavailable, with the reason.
+NVML does not list are unavailable, with the reason. A GPU's own results of
+`gpudoctor bench` (gpu.bench) and of the gate's device test (gpu.device_test)
+are attached to it.
 """
 
 from __future__ import annotations

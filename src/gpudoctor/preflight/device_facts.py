@@ -105,7 +105,8 @@ def _gpu_results(result: DeepResult, out: dict[str, Any], died: bool, reason: st
     def stopped_in(step: str, what: str, detail: str) -> dict[str, Any]:
         """A step the test was in when it stopped: failed if its process died, else not finished."""
         if died:
-            return {"step": step, "ran": True, "passed": False, "error": f"still running when the test stopped: {ended}"}
+            error = f"still running when the test stopped: {ended}"
+            return {"step": step, "ran": True, "passed": False, "error": error}
         return {"step": step, "ran": True, "passed": Unavailable(reason, f"{what}: {detail}")}
 
     gpus: list[dict[str, Any]] = []

@@ -74,7 +74,7 @@ def test_a_hung_gpu_is_named_and_the_child_is_killed_at_the_deadline(tmp_path):
     [hung] = [f for f in by_rule(findings, "gate-deep-gpu") if f.status is not Status.PASS]
     assert hung.status is Status.UNKNOWN and hung.subject.bus_id == "0000:9a:00.0"
     assert "cannot check" in hung.message and "step 'matmul'" in hung.detail and "may be hung" in hung.detail
-    assert hung.cause == "device_test: timeout"
+    assert hung.cause == "deep: timeout"
     # the stand-in (exec'd into sleep) is gone: killed with its process group, not waited for
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 3
@@ -112,7 +112,7 @@ def test_torch_missing_is_a_check_that_could_not_run(tmp_path):
         tmp_path, [{"event": "hello"}, {"event": "torch_error", "error": "ModuleNotFoundError: torch"}]
     )
     [f] = device_findings(deep_run(python), facts("healthy-2gpu"))
-    assert f.status is Status.UNKNOWN and "cannot import torch" in f.detail and f.cause == "device_test: not_found"
+    assert f.status is Status.UNKNOWN and "cannot import torch" in f.detail and f.cause == "deep: not_found"
 
 
 def test_cuda_unusable_fails(tmp_path):
@@ -142,7 +142,7 @@ def test_torch_seeing_fewer_gpus_than_nvml_fails(tmp_path):
 def test_stuck_in_torch_import_is_named(tmp_path):
     python = fake_python(tmp_path, [{"event": "hello"}], tail="exec sleep 30")
     [f] = device_findings(deep_run(python, budget=0.8), facts("healthy-2gpu"))
-    assert f.status is Status.UNKNOWN and "importing torch" in f.detail and f.cause == "device_test: timeout"
+    assert f.status is Status.UNKNOWN and "importing torch" in f.detail and f.cause == "deep: timeout"
 
 
 def test_interpreter_that_cannot_start(tmp_path):
@@ -186,7 +186,7 @@ def test_nvml_hang_stops_the_device_test_early(tmp_path):
     report = run(Policy(deep=True, deadline_s=20), root=hung_nvml_root(tmp_path), python=python, nvml_timeout=1)
     assert time.monotonic() - started < 4
     deep = by_rule(report.findings, "gate-deep-cuda")[0]
-    assert deep.status is Status.UNKNOWN and deep.cause == "device_test: timeout"
+    assert deep.status is Status.UNKNOWN and deep.cause == "deep: timeout"
     assert "NVML did not answer" in deep.detail
     assert not report.go
 

@@ -209,7 +209,7 @@ def render_helpers(functions: dict[str, Callable[..., Any]]) -> str:
 
 
 def outputs() -> dict[Path, str]:
-    ruleset = load_rules(include_plugins=False)
+    ruleset = load_rules(include_plugins=False, gate=True)  # the gate's checks too (area gate)
     return {RULES_DOC: render_rules(ruleset), HELPERS_DOC: render_helpers(bind(ruleset.tables))}
 
 

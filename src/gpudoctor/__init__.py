@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 # CLI command) stays cheap: `from gpudoctor import gate, GateFailed`.
 _LAZY = {
     "gate": ("preflight.api", "gate"),
-    "GateFailed": ("preflight.errors", "GateFailed"),
+    "GateFailed": ("preflight.verdict", "GateFailed"),
     "GateError": ("preflight.errors", "GateError"),
     "GateReport": ("preflight.verdict", "GateReport"),
     "Policy": ("preflight.policy", "Policy"),

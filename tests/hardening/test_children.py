@@ -227,16 +227,15 @@ def test_a_child_is_registered_until_it_is_reaped() -> None:
 
 def test_deep_and_bench_runners_stop_a_worker_that_floods(tmp_path: Path) -> None:
     from gpudoctor.bench import runner
-    from gpudoctor.preflight.device_findings import deep_findings
     from gpudoctor.preflight.device_test import start_deep
-    from tests.preflight.helpers import facts
+    from tests.preflight.helpers import device_findings, facts
 
     flood = executable(tmp_path / "floods", f"#!{sys.executable}\n" + FLOOD.format(stream="stdout", mib=64))
     t0 = time.monotonic()
     deep = start_deep(flood, deadline=time.monotonic() + 10).result()
     assert time.monotonic() - t0 < 5 and deep.cut == "stdout" and not deep.timed_out
-    [finding] = deep_findings(deep, facts("healthy-2gpu"))
-    assert "printed more than gpudoctor reads on its stdout" in finding.message
+    [finding] = device_findings(deep, facts("healthy-2gpu"))
+    assert "printed more than gpudoctor reads on its stdout" in finding.detail
     t0 = time.monotonic()
     bench = runner.run_worker([flood], 10)
     assert time.monotonic() - t0 < 10

@@ -30,12 +30,21 @@ def ruleset() -> Any:
     if _RULESET is None:
         from gpudoctor.engine.loader import load_rules
 
-        _RULESET = load_rules()
+        _RULESET = load_rules(gate=True)
     return _RULESET
 
 
 def facts(name: str) -> dict[str, Any]:
     return probed(name)
+
+
+def device_findings(result: Any, data: dict[str, Any]) -> list[Any]:
+    """The gate's device test checks (gate-deep-*) over a DeepResult and a host's facts."""
+    from gpudoctor.preflight.policy import Policy
+    from gpudoctor.preflight.verdict import judge
+
+    report = judge(data, ruleset(), Policy(deep=True), deep_result=result)
+    return [f for f in report.findings if f.rule_id.startswith("gate-deep-")]
 
 
 def write_policy(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:

@@ -14,7 +14,6 @@ import pytest
 
 from gpudoctor.findings import Cause, Status
 from gpudoctor.preflight.api import run
-from gpudoctor.preflight.device_findings import deep_findings
 from gpudoctor.preflight.device_test import parse_events, start_deep
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
@@ -23,6 +22,7 @@ from tests.preflight.helpers import (
     HEALTHY,
     cli,
     device_events,
+    device_findings,
     facts,
     fake_python,
     hung_nvml_root,
@@ -53,7 +53,7 @@ def all_passing() -> list[dict]:
 def test_passing_device_test_maps_every_step_to_the_right_gpu(tmp_path):
     result = deep_run(fake_python(tmp_path, all_passing()))
     assert not result.timed_out and result.returncode == 0
-    findings = deep_findings(result, facts("healthy-2gpu"))
+    findings = device_findings(result, facts("healthy-2gpu"))
     assert all(f.status is Status.PASS for f in findings), [(f.rule_id, f.message) for f in findings]
     gpus = by_rule(findings, "gate-deep-gpu")
     assert [f.subject.bus_id for f in gpus] == ["0000:18:00.0", "0000:9a:00.0"]
@@ -70,11 +70,11 @@ def test_a_hung_gpu_is_named_and_the_child_is_killed_at_the_deadline(tmp_path):
     result = deep_run(python, budget=1.5)
     elapsed = time.monotonic() - started
     assert result.timed_out and elapsed < 3.0, elapsed
-    findings = deep_findings(result, facts("healthy-2gpu"))
+    findings = device_findings(result, facts("healthy-2gpu"))
     [hung] = [f for f in by_rule(findings, "gate-deep-gpu") if f.status is not Status.PASS]
     assert hung.status is Status.UNKNOWN and hung.subject.bus_id == "0000:9a:00.0"
-    assert "GPU 1 (0000:9a:00.0)" in hung.message and "matmul" in hung.message
-    assert hung.cause == Cause("deep", "timeout", "hung")
+    assert "cannot check" in hung.message and "step 'matmul'" in hung.detail and "may be hung" in hung.detail
+    assert hung.cause == Cause("deep", "timeout")
     # the stand-in (exec'd into sleep) is gone: killed with its process group, not waited for
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 3
@@ -92,7 +92,7 @@ def test_a_failed_step_fails_that_gpu_and_skips_the_collectives(tmp_path):
     events = device_events(2) + passing_gpu(0) + step_events(1, "context")
     events += step_events(1, "memory", ok=False, error="checksum mismatch: got 1 and 2, want 3 and 4")
     result = deep_run(fake_python(tmp_path, events + [{"event": "done", "ok": False}], tail="exit 1"))
-    findings = deep_findings(result, facts("healthy-2gpu"))
+    findings = device_findings(result, facts("healthy-2gpu"))
     [bad] = [f for f in findings if f.status is Status.FAIL]
     assert bad.rule_id == "gate-deep-gpu" and bad.subject.index == 1 and "memory failed: checksum" in bad.message
     assert {f.status for f in by_rule(findings, "gate-deep-p2p")} == {Status.SKIP}
@@ -102,7 +102,7 @@ def test_a_failed_step_fails_that_gpu_and_skips_the_collectives(tmp_path):
 def test_a_child_that_dies_mid_step_fails_the_gpu(tmp_path):
     events = device_events(2) + passing_gpu(0) + step_events(1, "context", ok="hang")
     result = deep_run(fake_python(tmp_path, events, tail="echo 'CUDA error: an illegal memory access' >&2\nkill -9 $$"))
-    findings = deep_findings(result, facts("healthy-2gpu"))
+    findings = device_findings(result, facts("healthy-2gpu"))
     [bad] = [f for f in findings if f.status is Status.FAIL]
     assert bad.subject.index == 1 and "died (killed by signal 9)" in bad.message
 
@@ -111,8 +111,8 @@ def test_torch_missing_is_a_check_that_could_not_run(tmp_path):
     python = fake_python(
         tmp_path, [{"event": "hello"}, {"event": "torch_error", "error": "ModuleNotFoundError: torch"}]
     )
-    [f] = deep_findings(deep_run(python), facts("healthy-2gpu"))
-    assert f.status is Status.UNKNOWN and "cannot import torch" in f.message and f.cause == Cause("deep", "not_found")
+    [f] = device_findings(deep_run(python), facts("healthy-2gpu"))
+    assert f.status is Status.UNKNOWN and "cannot import torch" in f.detail and f.cause == Cause("deep", "not_found")
 
 
 def test_cuda_unusable_fails(tmp_path):
@@ -126,13 +126,13 @@ def test_cuda_unusable_fails(tmp_path):
             "error": "AssertionError: Torch not compiled with CUDA enabled",
         },
     ]
-    [f] = deep_findings(deep_run(fake_python(tmp_path, events, tail="exit 4")), facts("healthy-2gpu"))
+    [f] = device_findings(deep_run(fake_python(tmp_path, events, tail="exit 4")), facts("healthy-2gpu"))
     assert f.status is Status.FAIL and "not compiled with CUDA" in f.message
 
 
 def test_torch_seeing_fewer_gpus_than_nvml_fails(tmp_path):
     events = device_events(1) + passing_gpu(0) + [{"event": "done", "ok": True}]
-    findings = deep_findings(
+    findings = device_findings(
         deep_run(fake_python(tmp_path, events), env={"PATH": "/usr/bin:/bin"}), facts("healthy-2gpu")
     )
     cuda = by_rule(findings, "gate-deep-cuda")[0]
@@ -141,14 +141,14 @@ def test_torch_seeing_fewer_gpus_than_nvml_fails(tmp_path):
 
 def test_stuck_in_torch_import_is_named(tmp_path):
     python = fake_python(tmp_path, [{"event": "hello"}], tail="exec sleep 30")
-    [f] = deep_findings(deep_run(python, budget=0.8), facts("healthy-2gpu"))
-    assert f.status is Status.UNKNOWN and "importing torch" in f.message and f.cause == Cause("deep", "timeout")
+    [f] = device_findings(deep_run(python, budget=0.8), facts("healthy-2gpu"))
+    assert f.status is Status.UNKNOWN and "importing torch" in f.detail and f.cause == Cause("deep", "timeout")
 
 
 def test_interpreter_that_cannot_start(tmp_path):
     result = deep_run(str(tmp_path / "no-such-python"))
-    [f] = deep_findings(result, facts("healthy-2gpu"))
-    assert not result.started and f.status is Status.UNKNOWN and "could not start" in f.message
+    [f] = device_findings(result, facts("healthy-2gpu"))
+    assert not result.started and f.status is Status.UNKNOWN and "could not start" in f.detail
 
 
 def test_deep_findings_block_through_the_gate_policy(tmp_path):
@@ -186,8 +186,8 @@ def test_nvml_hang_stops_the_device_test_early(tmp_path):
     report = run(Policy(deep=True, deadline_s=20), root=hung_nvml_root(tmp_path), python=python, nvml_timeout=1)
     assert time.monotonic() - started < 4
     deep = by_rule(report.findings, "gate-deep-cuda")[0]
-    assert deep.status is Status.UNKNOWN and deep.cause == Cause("nvml", "timeout")
-    assert "NVML did not answer" in deep.message
+    assert deep.status is Status.UNKNOWN and deep.cause == Cause("deep", "timeout")
+    assert "NVML did not answer" in deep.detail
     assert not report.go
 
 
@@ -197,8 +197,8 @@ def test_the_real_worker_without_torch_says_so_in_event_lines():
     assert result.returncode == 3, result.stderr_tail
     assert [e["event"] for e in result.events] == ["hello", "torch_error"]
     assert "torch" in result.events[1]["error"] and isinstance(result.events[0]["t"], float)
-    [f] = deep_findings(result, facts("healthy-2gpu"))
-    assert f.status is Status.UNKNOWN and "cannot import torch" in f.message
+    [f] = device_findings(result, facts("healthy-2gpu"))
+    assert f.status is Status.UNKNOWN and "cannot import torch" in f.detail
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed here")
@@ -219,7 +219,7 @@ def test_the_real_worker_on_cpu_devices_passes_every_step():
     }
     assert all(e["ok"] for e in steps.values())
     assert steps[(0, "matmul")]["low_dtype"] == "bfloat16"
-    findings = deep_findings(result, facts("healthy-2gpu"))
+    findings = device_findings(result, facts("healthy-2gpu"))
     assert all(f.status is Status.PASS for f in findings), [(f.rule_id, f.message) for f in findings]
 
 
@@ -233,7 +233,7 @@ def test_the_real_worker_on_this_machines_gpus():
     result = deep_run(sys.executable, budget=120)
     assert result.returncode == 0, (result.stderr_tail, result.events)
     live = collect_all(make_context(timeout=30))
-    findings = deep_findings(result, live)
+    findings = device_findings(result, live)
     assert findings and all(f.status is Status.PASS for f in findings), [(f.rule_id, f.message) for f in findings]
     nvml_buses = {g["bus_id"] for g in live["nvml"]["gpus"]}
     assert {f.subject.bus_id for f in by_rule(findings, "gate-deep-gpu")} == nvml_buses

@@ -12,9 +12,10 @@ import sys
 import pytest
 
 from gpudoctor.findings import Status
-from gpudoctor.preflight.distributed import bandwidth_finding, own_gpu
+from gpudoctor.preflight.distributed import allreduce_finding, own_gpu
+from gpudoctor.preflight.policy import Policy
 from gpudoctor.render.gate_distributed import render_table
-from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts
+from tests.preflight.helpers import DEGRADED, HEALTHY, cli, facts, ruleset
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed here")
@@ -37,13 +38,17 @@ def test_bandwidth_under_the_policy_minimum_fails():
         "iterations": 20,
         "algbw_gbps": 50.0,
         "busbw_gbps": 75.0,
-        "min_busbw_gbps": 100.0,
     }
-    low = bandwidth_finding(measured, world=4)
+
+    def judged(measured, minimum):
+        return allreduce_finding(ruleset(), facts("healthy-2gpu"), Policy(min_busbw_gbps=minimum), measured, 4)
+
+    low = judged(measured, 100.0)
     assert low.status is Status.FAIL and "75.0 GB/s" in low.message and "minimum 100 GB/s" in low.message
-    assert bandwidth_finding({**measured, "min_busbw_gbps": 50.0}, 4).status is Status.PASS
-    assert bandwidth_finding({**measured, "min_busbw_gbps": None}, 4).status is Status.PASS
-    assert bandwidth_finding({**measured, "correct": False}, 4).status is Status.FAIL
+    assert "across 4 ranks" in low.message and low.rule_id == "gate-allreduce-busbw"
+    assert judged(measured, 50.0).status is Status.PASS
+    assert judged(measured, None).status is Status.PASS
+    assert judged({**measured, "correct": False}, 100.0).status is Status.FAIL
 
 
 def test_table_lists_every_rank_and_puts_blocking_lines_first():

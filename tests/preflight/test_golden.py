@@ -17,7 +17,7 @@ import pytest
 
 from gpudoctor.facts import Unavailable
 from gpudoctor.preflight.device_test import DeepResult
-from gpudoctor.preflight.distributed import DistributedOutcome, _rank_row, bandwidth_finding
+from gpudoctor.preflight.distributed import DistributedOutcome, _rank_row, allreduce_finding
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.render import gate_json, gate_text, junit, nfd, prometheus
@@ -137,6 +137,12 @@ MEASURED = {
 }
 
 
+def bandwidth(measured: dict[str, Any]) -> Any:
+    """The all-reduce judged by gate-allreduce-busbw, the policy's minimum as the measurement says."""
+    policy = Policy(min_busbw_gbps=measured["min_busbw_gbps"])
+    return allreduce_finding(ruleset(), facts("healthy-2gpu"), policy, measured, 2)
+
+
 def test_distributed_golden_table():
     go = gate_report("go-expectations")
     no_go = gate_report("no-go-expectations")
@@ -144,10 +150,10 @@ def test_distributed_golden_table():
     rows += [_rank_row(no_go, 2, 0, "0000:18:00.0"), _rank_row(no_go, 3, 1, "0000:9a:00.0")]
     parts = [
         render_table(rows, "nccl", None, _plain),
-        render_table(rows[:2], "nccl", bandwidth_finding(MEASURED, 2), _plain),
-        render_table(rows[:2], "nccl", bandwidth_finding({**MEASURED, "min_busbw_gbps": 50.0}, 2), _plain),
-        render_table(rows[:2], "nccl", bandwidth_finding({**MEASURED, "min_busbw_gbps": None}, 2), _plain),
-        render_table(rows[:2], "nccl", bandwidth_finding({**MEASURED, "correct": False}, 2), _plain),
+        render_table(rows[:2], "nccl", bandwidth(MEASURED), _plain),
+        render_table(rows[:2], "nccl", bandwidth({**MEASURED, "min_busbw_gbps": 50.0}), _plain),
+        render_table(rows[:2], "nccl", bandwidth({**MEASURED, "min_busbw_gbps": None}), _plain),
+        render_table(rows[:2], "nccl", bandwidth({**MEASURED, "correct": False}), _plain),
         render_table(rows[:2], "gloo", None, _plain),
     ]
     check(GOLDEN / "distributed.txt", "\n".join(parts))
@@ -162,7 +168,7 @@ def test_distributed_golden_json_and_stderr():
     go = gate_report("go-expectations")
     rows = [_rank_row(go, 0, 0, "0000:18:00.0"), _rank_row(go, 1, 1, "0000:9a:00.0")]
     measured = DistributedOutcome(0, 2, "nccl", go, rows[0], rows=rows, measured=MEASURED)
-    measured.allreduce = bandwidth_finding(MEASURED, 2)
+    measured.allreduce = bandwidth(MEASURED)
     check(GOLDEN / "distributed.allreduce.json", distributed_json(measured))
     rank1 = DistributedOutcome(1, 2, "nccl", no_go, _rank_row(no_go, 1, 1, "0000:9a:00.0"), rows=rows)
     lost = DistributedOutcome(1, 2, "gloo", no_go, rank1.row, problem="NO-GO  rank 1: could not join the others: x")

@@ -16,7 +16,7 @@ from gpudoctor.findings import Status
 from tests.conftest import probed
 from tests.rules.cases import CASES, KINDS, apply, matches
 
-RULESET = load_rules(include_plugins=False)
+RULESET = load_rules(include_plugins=False, gate=True)  # the gate's own rules (rules/gate/) too
 
 
 def params():

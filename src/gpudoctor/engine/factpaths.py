@@ -12,7 +12,9 @@ from typing import Any
 
 from ..schemas import load_schema
 
-SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml", "kernel_log", "bench")
+# Sections `gpudoctor gate` adds to the facts before its rules (rules/gate/) judge them; never probed.
+GATE_SECTIONS = ("policy", "device_test", "allreduce")
+SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml", "kernel_log", "bench", *GATE_SECTIONS)
 
 
 def _facts() -> dict[str, Any]:
@@ -92,6 +94,11 @@ def subject_schema(kind: str) -> dict[str, Any]:
                 "bench": {
                     "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/bench_gpu"}],
                     "description": "this GPU's `gpudoctor bench` results (by bus id); not_found without a bench",
+                },
+                "device_test": {
+                    "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/device_test_gpu"}],
+                    "description": "this GPU's `gate --deep` results (by UUID, bus id or index); "
+                    "not_found where it did not run",
                 },
             }
         )

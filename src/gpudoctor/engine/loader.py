@@ -336,13 +336,25 @@ def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
     return [compile_rule(raw, str(path), tables) for raw in data]
 
 
+GATE_RULES = "gate"  # the folder of built-in rules that only the gate loads (its checks, ids gate-...)
+
+
 def load_rules(
-    extra_dirs: Iterable[str | os.PathLike[str]] = (), include_builtin: bool = True, include_plugins: bool = True
+    extra_dirs: Iterable[str | os.PathLike[str]] = (),
+    include_builtin: bool = True,
+    include_plugins: bool = True,
+    gate: bool = False,
 ) -> RuleSet:
-    """Load built-in, plugin and --rules rule files into one validated RuleSet."""
+    """Load built-in, plugin and --rules rule files into one validated RuleSet.
+
+    ``gate``: add the gate's own rules (rules/gate/, area gate), which judge what only `gpudoctor
+    gate` adds to the facts (its policy, the device test, the distributed all-reduce); `check`
+    and the other commands leave them out. They come with the gate even without the built-in rules."""
     dirs: list[Path] = []
     if include_builtin:
         dirs.append(builtin_rules_dir())
+    if gate:
+        dirs.append(builtin_rules_dir() / GATE_RULES)
     if include_plugins:
         dirs.extend(d for _, d in entry_point_dirs())
     dirs.extend(Path(d) for d in extra_dirs)

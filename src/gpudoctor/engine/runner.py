@@ -63,7 +63,8 @@ _GPU_NVML_FIELDS: frozenset[str] | None = None
 
 
 def source_of(path: str) -> str:
-    """Which probe a fact path comes from: gpu.pcie_width → nvml, gpu.pci.driver → pci, torch.x → torch."""
+    """Which probe a fact path comes from: gpu.pcie_width → nvml, gpu.pci.driver → pci, torch.x → torch,
+    gpu.device_test.x → deep (the gate's device test)."""
     global _GPU_NVML_FIELDS
     head, _, rest = path.partition(".")
     if head == "gpu":
@@ -74,10 +75,13 @@ def source_of(path: str) -> str:
         field = rest.split(".", 1)[0]
         if field in ("pci", "bench"):
             return field
+        if field == "device_test":
+            return "deep"
         return "nvml" if field in _GPU_NVML_FIELDS else "topology"
     if head in ("node", "nic"):
         return "numa" if head == "node" else "pci"
-    return head
+    # the gate's device test (device_test, gpu.device_test): its causes name "the device test"
+    return "deep" if head == "device_test" else head
 
 
 def _dedup(reads: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

@@ -3,7 +3,9 @@
 A GPU subject joins what sysfs (PCI) and NVML say about one card by PCI
 bus id, so a GPU that fell off NVML but is still on the bus is a subject
 too, and every GPU is named by index *and* bus id. NVML fields of a GPU
-NVML does not list are unavailable, with the reason.
+NVML does not list are unavailable, with the reason. A GPU's own results of
+`gpudoctor bench` (gpu.bench) and of the gate's device test (gpu.device_test)
+are attached to it.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         subject["numa_node"] = _numa_node(subject)
         bus = subject.get("bus_id")
         subject["bench"] = bench.get(bus, _NO_BENCH) if isinstance(bus, str) else _NO_BENCH
+    _attach_device_test(facts, out)
     return out
 
 
@@ -148,6 +151,50 @@ def _bench_by_bus(facts: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(bus, str):
             out[normalise_bus_id(bus)] = entry
     return out
+
+
+_NO_DEVICE_TEST = Unavailable("not_found", "the device test did not run on this GPU")
+
+
+def _attach_device_test(facts: Mapping[str, Any], subjects: list[dict[str, Any]]) -> None:
+    """Each GPU's own device test results (the device_test section `gate --deep` adds) as
+    gpu.device_test: the CUDA device matched by UUID, else by PCI bus id, else by index where CUDA's
+    indices are NVML's; a p2p result names the GPU copied to by that GPU's label."""
+    for subject in subjects:
+        subject["device_test"] = _NO_DEVICE_TEST
+    section = facts.get("device_test")
+    if not isinstance(section, Mapping):
+        return
+    by_index: dict[int, dict[str, Any]] = {}
+    for entry in _list(section.get("gpus")):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("index"), int):
+            continue
+        match = _tested_gpu(entry, subjects, section.get("index_is_nvml") is True)
+        if match is not None and match["device_test"] is _NO_DEVICE_TEST:
+            match["device_test"] = dict(entry)
+            by_index[entry["index"]] = match
+    for subject in by_index.values():
+        p2p = subject["device_test"].get("p2p")
+        if isinstance(p2p, Mapping) and isinstance(p2p.get("peer"), int):
+            peer = by_index.get(p2p["peer"])
+            label = str(peer["label"]) if peer is not None else f"CUDA device {p2p['peer']}"
+            subject["device_test"]["p2p"] = {**p2p, "peer_label": label}
+
+
+def _tested_gpu(entry: Mapping[str, Any], subjects: list[dict[str, Any]], index_is_nvml: bool) -> dict[str, Any] | None:
+    uuid, bus = entry.get("uuid"), entry.get("bus_id")
+    if isinstance(uuid, str):
+        for g in subjects:
+            if isinstance(g.get("uuid"), str) and g["uuid"].lower() == uuid.lower():
+                return g
+    if isinstance(bus, str):
+        wanted = normalise_bus_id(bus)
+        for g in subjects:
+            if g.get("bus_id") == wanted:
+                return g
+    if index_is_nvml:
+        return next((g for g in subjects if g.get("index") == entry["index"]), None)
+    return None
 
 
 def _local_cpus(subject: Mapping[str, Any]) -> Any:

@@ -2,13 +2,21 @@
 policy, the checks it runs, and one go/no-go verdict.
 
 - policy.py: what the gate expects and when it says no-go (a YAML file, a mapping, flags);
-- checks.py: the gate's own checks (ids gate-...) and the required/ignore selectors;
-- expectations.py: the policy's expectations (GPU count and model, free memory) as findings;
+- checks.py: the required/ignore selectors over the rules, the gate's own among them;
 - device_test.py: ``--deep``, the device test run in a child under the deadline
-  (its worker script is workers/device_test.py); device_findings.py: its result as findings;
+  (its worker script is workers/device_test.py); device_facts.py: its result as facts;
 - distributed.py: ``--distributed``, the gate across the ranks of a torchrun job;
-- verdict.py: which findings block, the lines of a no-go, the report model;
-- api.py: one gate run (``run``, for the CLI) and ``gate()`` (for job scripts); errors.py: its exceptions.
+- verdict.py: the facts the gate's rules judge, which findings block, the lines of a no-go, the
+  report model;
+- api.py: one gate run (``run``, for the CLI) and ``gate()`` (for job scripts); errors.py: the
+  exceptions of a gate that could not run (a no-go is verdict.GateFailed).
+
+The gate's own checks (ids gate-...) are rules like every other, in rules/gate/ (area gate), loaded
+only by the gate (engine.loader.load_rules(gate=True)). They judge what the gate adds to the facts:
+the policy's expectations (section ``policy``: expect_gpus, expect_model, min_free_memory_gib,
+min_busbw_gbps, absent when not set), the device test's result (``device_test``; a GPU's own
+steps as gpu.device_test) and the distributed all-reduce (``allreduce``). A gate rule whose input
+is absent is not run, and not reported.
 
 What blocks (the verdict is no-go when at least one finding blocks):
 

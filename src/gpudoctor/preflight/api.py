@@ -10,9 +10,9 @@ from typing import Any, Mapping, Sequence
 
 from ..findings import Cause, Severity
 from .checks import check_selectors
-from .errors import GateError, GateFailed, PolicyError
+from .errors import GateError, PolicyError
 from .policy import Policy, load_policy, policy_from_mapping
-from .verdict import GateReport, judge
+from .verdict import GateFailed, GateReport, judge
 
 
 def run(
@@ -76,7 +76,7 @@ def run(
                 torch_import=torch_import,
             )
             collection = start_collection(ctx)
-        ruleset = _load_rules(rule_dirs, builtin_rules)
+        ruleset = load_gate_rules(rule_dirs, builtin_rules)
         check_selectors(policy, ruleset)
         if facts_file:
             from ..facts import SnapshotError, load_snapshot
@@ -120,14 +120,16 @@ def run(
     )
 
 
-def _load_rules(rule_dirs: Sequence[str], builtin: bool) -> Any:
+def load_gate_rules(rule_dirs: Sequence[str] = (), builtin: bool = True) -> Any:
+    """The rules the gate runs: the built-in ones (unless not ``builtin``), the gate's own
+    (rules/gate/) and those in ``rule_dirs``. GateError names a bad directory or rule file."""
     from ..engine.loader import RuleLoadError, load_rules
 
     for d in rule_dirs:
         if not Path(d).is_dir():
             raise GateError(f"--rules {d}: no such directory")
     try:
-        return load_rules(rule_dirs, include_builtin=builtin)
+        return load_rules(rule_dirs, include_builtin=builtin, gate=True)
     except RuleLoadError as exc:
         raise GateError(f"bad rule file: {exc}") from None
 

@@ -8,7 +8,8 @@ child's process group and never waits for it (a process stuck in the kernel on a
 be killed; a daemon thread reaps it if it ever exits). A step that had begun and not ended names
 the GPU that hung.
 
-device_findings.py turns the result into findings.
+device_facts.py turns the result into the facts section ``device_test`` that the gate's rules
+(rules/gate/gate.yaml) judge.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@
 2. The ranks meet through torch.distributed (env:// from torchrun: RANK, WORLD_SIZE, MASTER_ADDR,
    MASTER_PORT) and gather every rank's verdict over a gloo group.
 3. When every rank is go and the GPUs use NCCL, an all-reduce is checked for the right sum and
-   timed: bus bandwidth = size / time × 2(n−1)/n (nccl-tests' definition for all-reduce); under the
-   policy's distributed.min_busbw_gbps (or --min-busbw) it is a blocking failure
-   (gate-allreduce-busbw).
+   timed: bus bandwidth = size / time × 2(n−1)/n (nccl-tests' definition for all-reduce). The
+   measurement becomes the facts section ``allreduce``, judged by the gate's rule
+   gate-allreduce-busbw (rules/gate/gate.yaml): under the policy's
+   distributed.min_busbw_gbps (or --min-busbw), or a wrong sum, it is a blocking failure.
 4. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
    bandwidth and the verdict (render/gate_distributed.py); every rank exits 1 when any rank is
    no-go, so the whole job stops.
@@ -30,11 +31,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..findings import HOST, Finding, Status
-from .api import run
-from .checks import gate_finding
+from ..findings import Finding, Status
+from .api import load_gate_rules, run
 from .errors import GateError
-from .policy import Policy
+from .policy import Policy, whole
 from .verdict import GateReport, blocking_lines
 
 
@@ -126,25 +126,23 @@ def measure_allreduce(torch: Any, dist: Any, device: Any, world: int, rank: int,
     }
 
 
-def bandwidth_finding(result: dict[str, Any], world: int) -> Finding:
-    size_mib = result["bytes"] / (1 << 20)
-    said = (
-        f"all-reduce bus bandwidth {result['busbw_gbps']:.1f} GB/s across {world} ranks "
-        f"({size_mib:g} MiB × {result['iterations']}, algorithm bandwidth {result['algbw_gbps']:.1f} GB/s)"
-    )
-    minimum = result.get("min_busbw_gbps")
-    if not result["correct"]:
-        return gate_finding("gate-allreduce-busbw", HOST, Status.FAIL, "all-reduce returned a wrong sum on some rank")
-    if minimum is not None and result["busbw_gbps"] < minimum:
-        return gate_finding(
-            "gate-allreduce-busbw", HOST, Status.FAIL, f"{said}, under the policy's minimum {minimum:g} GB/s"
-        )
-    return gate_finding(
-        "gate-allreduce-busbw",
-        HOST,
-        Status.PASS,
-        said + (f" (policy minimum {minimum:g} GB/s)" if minimum is not None else " (no policy minimum)"),
-    )
+def allreduce_facts(measured: Mapping[str, Any], world: int) -> dict[str, Any]:
+    """The measured all-reduce as the facts section ``allreduce`` (rules/gate/gate.yaml)."""
+    keys = ("correct", "bytes", "iterations", "seconds_per_call", "algbw_gbps", "busbw_gbps")
+    out = {k: measured[k] for k in keys if k in measured}
+    return {**out, "ranks": world, "mib": whole(measured["bytes"] / (1 << 20))}
+
+
+def allreduce_finding(
+    ruleset: Any, facts: Mapping[str, Any], policy: Policy, measured: Mapping[str, Any], world: int
+) -> Finding:
+    """The all-reduce judged by the gate's rule gate-allreduce-busbw against the policy's minimum."""
+    from ..engine.runner import run_rules
+
+    rule = ruleset.by_id("gate-allreduce-busbw")
+    judged = {**facts, "policy": policy.facts(), "allreduce": allreduce_facts(measured, world)}
+    finding: Finding = run_rules(ruleset, judged, [rule])[0]
+    return finding
 
 
 def gather_rows(torch: Any, dist: Any, row: dict[str, Any], world: int, group: Any) -> list[dict[str, Any]]:
@@ -261,7 +259,8 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
             if backend == "nccl" and world >= 2 and not any(r["verdict"] != "go" for r in rows):
                 measured = measure_allreduce(torch, dist, torch.device("cuda", local_rank), world, rank, policy)
                 outcome.measured = measured
-                outcome.allreduce = bandwidth_finding(measured, world)
+                ruleset = load_gate_rules(run_options.get("rule_dirs", ()), run_options.get("builtin_rules", True))
+                outcome.allreduce = allreduce_finding(ruleset, report.facts, policy, measured, world)
             outcome.rows = rows
         except Exception as exc:
             outcome.problem = f"NO-GO  rank {rank}: the ranks could not exchange results: {type(exc).__name__}: {exc}"

@@ -1,11 +1,7 @@
-"""The gate's exceptions: it could not run (GateError, PolicyError), or it said no-go (GateFailed)."""
+"""The gate's exceptions for a gate that could not run (GateError, PolicyError); a gate that said
+no-go raises verdict.GateFailed, which carries its report."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .verdict import GateReport
 
 
 class GateError(Exception):
@@ -14,13 +10,3 @@ class GateError(Exception):
 
 class PolicyError(GateError):
     """A policy file or value that cannot be used; the message names the file and line."""
-
-
-class GateFailed(Exception):
-    """The gate said no-go. ``findings`` are the blocking findings, ``report`` the whole report."""
-
-    def __init__(self, report: GateReport) -> None:
-        self.report = report
-        self.findings = list(report.blocking)
-        lines = [line.text for line in report.lines]
-        super().__init__("gpudoctor gate: no-go: " + "; ".join(lines))

@@ -63,6 +63,27 @@ class Policy:
             "min_busbw_gbps": self.min_busbw_gbps,
         }
 
+    def facts(self) -> dict[str, Any]:
+        """The policy as the facts section `policy` that the gate's rules (rules/gate/) read: an
+        expectation the policy does not set is absent, so the rule judging it is not run."""
+        out: dict[str, Any] = {
+            "source": self.source,
+            "fail_on": self.fail_on.value,
+            "on_cannot_check": self.on_cannot_check,
+            "deadline_s": self.deadline_s,
+            "deep": self.deep,
+        }
+        for key in ("expect_gpus", "expect_model", "min_free_memory_gib", "min_busbw_gbps"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = whole(value)
+        return out
+
+
+def whole(value: Any) -> Any:
+    """A number as a policy writes it (70, not 70.0; 0.5 stays 0.5), for the rules' messages."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else value
+
 
 def _yaml_line(data: Any, where: str) -> int | None:
     """Line of the innermost mapping on a dotted schema path ('expect.gpus') in YAML read with lines."""

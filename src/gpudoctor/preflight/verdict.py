@@ -1,15 +1,17 @@
-"""The verdict: which findings block, the printed lines of a no-go, and the gate's report model."""
+"""The verdict: the facts the gate's rules judge, which findings block, the printed lines of a no-go,
+the gate's report model, and GateFailed (the no-go as an exception, for job scripts)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from ..facts import Unavailable
 from ..findings import Cause, Finding, Status, Subject
 from .checks import hang_rules, rule_keys
-from .expectations import expectation_findings
+from .device_facts import device_test_facts
 from .policy import Policy
 
 
@@ -170,6 +172,16 @@ class GateReport:
         return rows
 
 
+class GateFailed(Exception):
+    """The gate said no-go. ``findings`` are the blocking findings, ``report`` the whole report."""
+
+    def __init__(self, report: GateReport) -> None:
+        self.report = report
+        self.findings = list(report.blocking)
+        lines = [line.text for line in report.lines]
+        super().__init__("gpudoctor gate: no-go: " + "; ".join(lines))
+
+
 # Reasons that say "gpudoctor may not look here" or "there is nothing to look at", not "the machine
 # did not answer": such a check is not judged and blocks only when required.
 NOT_VISIBLE_REASONS = ("no_permission", "not_supported")
@@ -180,33 +192,57 @@ def not_visible(f: Finding) -> bool:
     return f.status is Status.UNKNOWN and f.cause is not None and f.cause.reason in NOT_VISIBLE_REASONS
 
 
+def gate_facts(facts: Mapping[str, Any], policy: Policy, deep_result: Any = None) -> dict[str, Any]:
+    """The facts with what the gate's rules (rules/gate/) judge besides them: the policy's
+    expectations (section policy) and the device test's result (section device_test). Those
+    sections come from this run only, never from a snapshot that brings its own."""
+    from ..engine.factpaths import GATE_SECTIONS
+
+    out = {key: value for key, value in facts.items() if key not in GATE_SECTIONS}
+    out["policy"] = policy.facts()
+    if deep_result is not None:
+        out["device_test"] = device_test_facts(deep_result)
+    return out
+
+
+def _gate_input(path: str) -> bool:
+    from ..engine.factpaths import GATE_SECTIONS
+
+    return path.split(".", 1)[0] in GATE_SECTIONS or path.startswith("gpu.device_test")
+
+
+def asked_for(f: Finding) -> bool:
+    """False for a gate rule (area gate) that skipped because the gate has no input for it: the
+    policy sets no such expectation, the device test did not run or did not reach this GPU, no
+    all-reduce was measured. Such a check was not asked for and is left out of the report; one
+    that skipped for a reason of its own (a step not run after another failed) is reported."""
+    if f.area != "gate" or f.status is not Status.SKIP:
+        return True
+    return not any(
+        isinstance(value, Unavailable) and value.reason == "not_found" and _gate_input(path)
+        for path, value in f.evidence
+    )
+
+
 def judge(
     facts: Mapping[str, Any],
     ruleset: Any,
     policy: Policy,
     *,
     deep_result: Any = None,
-    extra: Iterable[Finding] = (),
     facts_origin: str = "live",
     duration_s: float = 0.0,
     deadline: float | None = None,
 ) -> GateReport:
     """Run the policy's checks over the facts and decide. Pure: reads nothing but its arguments
-    (and the clock, against ``deadline``: rules not judged by then are unknown, cause timeout)."""
+    (and the clock, against ``deadline``: rules not judged by then are unknown, cause timeout).
+    ``ruleset`` holds the gate's own rules too (load_rules(..., gate=True))."""
     from ..engine.runner import run_rules, select
-    from ..engine.subjects import gpu_subjects
 
     keys = rule_keys(ruleset)
-    ignored = set(policy.ignore)
     rules = select(ruleset.rules, (), policy.ignore)
-    findings = run_rules(ruleset, facts, rules, deadline=deadline)
-    gate_findings = expectation_findings(facts, policy, gpu_subjects(facts))
-    if deep_result is not None:
-        from .device_findings import deep_findings
-
-        gate_findings += deep_findings(deep_result, facts)
-    gate_findings += list(extra)
-    findings += [f for f in gate_findings if not (keys.get(f.rule_id, {f.rule_id}) & ignored)]
+    judged = gate_facts(facts, policy, deep_result)
+    findings = [f for f in run_rules(ruleset, judged, rules, deadline=deadline) if asked_for(f)]
 
     hang = hang_rules(ruleset)
     required = set(policy.required)

@@ -25,7 +25,7 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
     """Every rule with its area, severity and subject."""
     from ...render.rules import list_json, list_text
 
-    ruleset = load_ruleset(rule_dirs)
+    ruleset = load_ruleset(rule_dirs, gate=True)  # the gate's checks too (area gate)
     write_output(list_json(ruleset) if fmt == "json" else list_text(ruleset), None)
 
 
@@ -36,7 +36,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
     """Explain one rule: why it matters, what it reads, how to fix it."""
     from ...render.rules import show_text
 
-    ruleset = load_ruleset(rule_dirs)
+    ruleset = load_ruleset(rule_dirs, gate=True)  # the gate's checks too (area gate)
     rule = ruleset.by_id(rule_id)
     if rule is None:
         import difflib

@@ -22,7 +22,7 @@ from gpudoctor.schemas import validate_facts
 from gpudoctor.workers import bench as worker
 from gpudoctor.workers import bench_method as method
 
-SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json")
+SNAPSHOT = str(Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "h200-x2.json")
 BUSES = ("0000:00:06.0", "0000:00:07.0")
 GIB = 1 << 30
 

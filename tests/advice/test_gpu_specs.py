@@ -16,8 +16,8 @@ from gpudoctor.engine.loader import read_yaml
 from gpudoctor.facts import load_snapshot
 from gpudoctor.schemas import validate
 
-PATH = Path(__file__).resolve().parents[1] / "rules" / "data" / "gpu_specs.yaml"
-SNAPSHOT = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json"
+PATH = Path(__file__).resolve().parents[2] / "rules" / "data" / "gpu_specs.yaml"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "h200-x2.json"
 TABLE = load_specs(PATH)
 ROWS = TABLE["rows"]
 SPARSE = [f"{f}_sparse" for f in RATE_FIELDS if f != "fp32_tflops"]

@@ -22,7 +22,7 @@ from gpudoctor.advice.workload import (
 )
 from gpudoctor.cli.root import run
 
-SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-x2.json")
+SNAPSHOT = str(Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "h200-x2.json")
 TABLE = load_specs()
 
 

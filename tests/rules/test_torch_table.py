@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from gpudoctor.advice.torch_variants import cuda_of, parse_arch_list, rocm_of
 
-DATA = Path(__file__).resolve().parents[1] / "rules" / "data"
+DATA = Path(__file__).resolve().parents[2] / "rules" / "data"
 VARIANT_RE = re.compile(r"^(cpu|xpu|cu\d{3}|rocm\d+(\.\d+){1,2})$")
 ARCH_RE = re.compile(r"^\d+\.\d(\+PTX)?$")
 GFX_RE = re.compile(r"^gfx[0-9a-f]{3,5}$")

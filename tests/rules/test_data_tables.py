@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from gpudoctor.schemas import validate
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "rules" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "rules" / "data"
 TABLE_FILES = sorted(DATA_DIR.glob("*.yaml"))
 
 DRIVER_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")  # 450.51.05, 455.23, 570.124.06

@@ -246,6 +246,7 @@ GOOD_RULE: dict[str, Any] = {
     "fail_if": "False",
     "message": "m",
     "pass_message": "p",
+    "unknown_message": "u",
     "fix": "f",
     "why": "w",
     "refs": ["r"],

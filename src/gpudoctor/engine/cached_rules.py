@@ -65,7 +65,7 @@ def _member(value: Any, allowed: frozenset[str]) -> bool:
 # What rules.schema.json allows a rule to hold, checked by _plain_rule (tests/engine/
 # test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
 _RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
-_RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "fix", "why", "docs"})
+_RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "unknown_message", "fix", "why", "docs"})
 _RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let"}
 _LET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _LET_NAME_MAX = 40

@@ -67,6 +67,7 @@ class Rule:
     tags: tuple[str, ...] = ()
     applies: Expression | None = None
     pass_message: Template | None = None
+    unknown_message: Template | None = None
     # let: names in the order they are defined, each read by the expressions and templates
     # (and the names below it) as if written out where it is read
     let: tuple[tuple[str, Expression], ...] = ()
@@ -80,10 +81,15 @@ class Rule:
         """Every name the rule's expressions and templates refer to (sections, subject, helpers)."""
         trees = [e.tree for e in (self.applies, self.fail_if) if e is not None]
         trees += [expr.tree for _, expr in self.let]
-        for template in (self.message, self.fix, self.pass_message):
+        for template in self.templates:
             if template is not None:
                 trees += [expr.tree for _, expr, _ in template.parts if expr is not None]
         return frozenset(node.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Name))
+
+    @property
+    def templates(self) -> tuple[Template, ...]:
+        """The rule's templates that are set: message, fix, pass and unknown messages."""
+        return tuple(t for t in (self.message, self.fix, self.pass_message, self.unknown_message) if t is not None)
 
     @property
     def facts_used(self) -> list[str]:
@@ -241,6 +247,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
         applies=expr("applies") if "applies" in raw else None,
         message=template("message"),
         pass_message=template("pass_message") if "pass_message" in raw else None,
+        unknown_message=template("unknown_message") if "unknown_message" in raw else None,
         fix=template("fix"),
         why=raw["why"].strip(),
         refs=tuple(raw["refs"]),

@@ -18,8 +18,9 @@ detail; 64 evidence facts; 16384 subjects per rule; 64 Mi characters for a whole
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..findings import (
     LIMIT_CAUSE,
@@ -134,6 +135,16 @@ def _engine_finding(
     )
 
 
+def _unknown_message(rule: Rule, render: Callable[..., str], path: str, reason: str) -> str:
+    """The rule's own words for a check it cannot judge, or the engine's, which name the fact;
+    the rule's words too may read only what is there (else the engine's are used)."""
+    if rule.unknown_message is not None:
+        # a template that reads an unavailable fact, or breaks, leaves the engine's words
+        with contextlib.suppress(Exception):
+            return render(rule.unknown_message, strict=True)
+    return f"cannot check: {path} is unavailable ({reason})"
+
+
 def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
     return _engine_finding(rule, subject, Status.UNKNOWN, TIMEOUT_MESSAGE, TIMEOUT_DETAIL, TIMEOUT_CAUSE)
 
@@ -145,11 +156,10 @@ def _names(rule: Rule) -> tuple[list[str], bool]:
     for expr in (rule.applies, rule.fail_if):
         if expr is not None:
             used |= expr.names_read()
-    for template in (rule.message, rule.fix, rule.pass_message):
-        if template is not None:
-            for _, expr, _ in template.parts:
-                if expr is not None:
-                    used |= expr.names_read()
+    for template in rule.templates:
+        for _, expr, _ in template.parts:
+            if expr is not None:
+                used |= expr.names_read()
     return [s for s in SECTIONS if s in used], "gpus" in used
 
 
@@ -225,8 +235,8 @@ def evaluate_rule(
         end = evidence_end[0] if evidence_end else len(reads)
         return _engine_finding(rule, subject, status, message, detail, cause, fix=fix, evidence=_dedup(reads[:end]))
 
-    def render(template: Any) -> str:
-        text: str = template.render(names, functions, cache)
+    def render(template: Any, strict: bool = False) -> str:
+        text: str = template.render(names, functions, cache, strict=strict)
         return text
 
     try:
@@ -236,9 +246,10 @@ def evaluate_rule(
         evidence_end.append(len(reads))
     except FactUnavailable as exc:
         u = exc.unavailable
+        evidence_end.append(len(reads))
         return finding(
             Status.UNKNOWN,
-            f"cannot check: {exc.path} is unavailable ({u.reason})",
+            _unknown_message(rule, render, exc.path, u.reason),
             detail=u.detail,
             cause=Cause(source_of(exc.path), u.reason),
         )

@@ -38,8 +38,11 @@ class Template:
         functions: Mapping[str, Callable[..., Any]],
         run: RunCache | None = None,
         limit: int = MAX_TEXT_CHARS,
+        strict: bool = False,
     ) -> str:
         """The text, at most ``limit`` characters and a cut marker saying how many more there were.
+        A placeholder whose fact is unavailable reads "unknown", or, ``strict``, raises
+        FactUnavailable (a rule's unknown_message is said only with what is there).
 
         Nothing longer is built on the way: each literal and value is written only as far as
         there is room, and past that only its length is counted."""
@@ -51,6 +54,8 @@ class Template:
             try:
                 value = expr.evaluate(names, functions, run)
             except FactUnavailable:
+                if strict:
+                    raise
                 out.write("unknown")
                 continue
             _format_into(out, value, spec, 0)

@@ -80,6 +80,9 @@ def show_text(rule: Rule) -> str:
     lines.append("")
     lines.extend(block("Message", rule.message.source))
     lines.append("")
+    if rule.unknown_message is not None:
+        lines.extend(block("When it cannot judge", rule.unknown_message.source))
+        lines.append("")
     lines.extend(block("Fix", rule.fix.source))
     lines.append("")
     lines.append("References:")

@@ -18,6 +18,7 @@ from tests.preflight.helpers import cli, device_events, facts, passing_gpu, rule
 GATE_CHECKS = {
     "gate-gpu-count": ("host", "expect"),
     "gate-gpu-model": ("gpu", "expect"),
+    "gate-gpu-model-none": ("host", "expect"),
     "gate-free-memory": ("gpu", "expect"),
     "gate-deep-cuda": ("host", "deep"),
     "gate-deep-gpu": ("gpu", "deep"),
@@ -61,6 +62,20 @@ def test_checks_the_policy_does_not_ask_for_are_not_run():
     assert not [f for f in report.findings if f.area == "gate"]
     report = judge(facts("healthy-2gpu"), ruleset(), Policy(expect_gpus=2))
     assert [(f.rule_id, f.status) for f in report.findings if f.area == "gate"] == [("gate-gpu-count", Status.PASS)]
+
+
+def test_an_expected_model_on_a_node_without_nvidia_gpus_is_no_go():
+    # gate-gpu-model judges each NVIDIA GPU; with none there is nothing for it to judge, and the
+    # node must still be no-go (a CPU node placed by mistake, every GPU fallen off the bus)
+    data = copy.deepcopy(facts("no-driver"))
+    data["pci"]["devices"] = [d for d in data["pci"]["devices"] if d.get("vendor") != "nvidia"]
+    report = judge(data, ruleset(), Policy(expect_model="H100"))
+    [blocking] = [f for f in report.blocking if f.area == "gate"]
+    assert not report.go and blocking.rule_id == "gate-gpu-model-none"
+    assert blocking.message == "no NVIDIA GPU found; the policy expects H100"
+    # ignoring gate-gpu-model covers it: it carries that id as a tag
+    ignored = judge(data, ruleset(), Policy(expect_model="H100", ignore=("gate-gpu-model",)))
+    assert not [f for f in ignored.findings if f.rule_id.startswith("gate-gpu-model")]
 
 
 def test_the_policy_section_holds_only_what_the_policy_sets():

@@ -64,12 +64,9 @@ def load_facts_file(path: str) -> dict[str, Any]:
 
 
 def load_ruleset(rule_dirs: Sequence[str], builtin: bool = True, gate: bool = False) -> Any:
-    from ..engine.loader import RuleLoadError, load_rules
+    from ..engine.loader import RulesUnusable, load_asked_rules
 
-    for d in rule_dirs:
-        if not Path(d).is_dir():
-            raise UserError(f"--rules {d}: no such directory")
     try:
-        return load_rules(rule_dirs, include_builtin=builtin, gate=gate)
-    except RuleLoadError as exc:
-        raise UserError(f"bad rule file: {exc}") from None
+        return load_asked_rules(rule_dirs, builtin, gate)
+    except RulesUnusable as exc:
+        raise UserError(str(exc)) from None

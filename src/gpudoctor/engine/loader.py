@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..findings import Severity
 from ..schemas import validate
@@ -380,6 +380,23 @@ def load_rules(
         rules = [(rule.raw, rule.source, rule.line) for rule in ruleset.rules]
         cached_rules.store_rules(cache_key, cached_rules.Entry(ruleset.tables, rules, ruleset.sources))
     return ruleset
+
+
+class RulesUnusable(Exception):
+    """The rules a command was asked for cannot be loaded: a --rules folder that is not there, or
+    a bad rule file. The message is the one line the user sees."""
+
+
+def load_asked_rules(rule_dirs: Sequence[str], builtin: bool = True, gate: bool = False) -> RuleSet:
+    """load_rules for what a command line or the gate API names (--rules DIR, the built-in rules
+    or not, the gate's own); every problem is a RulesUnusable saying what to fix."""
+    for d in rule_dirs:
+        if not Path(d).is_dir():
+            raise RulesUnusable(f"--rules {d}: no such directory")
+    try:
+        return load_rules(rule_dirs, include_builtin=builtin, gate=gate)
+    except RuleLoadError as exc:
+        raise RulesUnusable(f"bad rule file: {exc}") from None
 
 
 def _compiled(entry: Any) -> RuleSet | None:

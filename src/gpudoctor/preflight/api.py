@@ -123,15 +123,12 @@ def run(
 def load_gate_rules(rule_dirs: Sequence[str] = (), builtin: bool = True) -> Any:
     """The rules the gate runs: the built-in ones (unless not ``builtin``), the gate's own
     (rules/gate/) and those in ``rule_dirs``. GateError names a bad directory or rule file."""
-    from ..engine.loader import RuleLoadError, load_rules
+    from ..engine.loader import RulesUnusable, load_asked_rules
 
-    for d in rule_dirs:
-        if not Path(d).is_dir():
-            raise GateError(f"--rules {d}: no such directory")
     try:
-        return load_rules(rule_dirs, include_builtin=builtin, gate=True)
-    except RuleLoadError as exc:
-        raise GateError(f"bad rule file: {exc}") from None
+        return load_asked_rules(rule_dirs, builtin, gate=True)
+    except RulesUnusable as exc:
+        raise GateError(str(exc)) from None
 
 
 def gate(

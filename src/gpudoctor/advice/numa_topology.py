@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..engine.subjects import is_compute_gpu, normalise_bus_id
+from ..model.bus_ids import normalise_bus_id
 from ..model.cpus import format_cpulist
+from ..model.gpus import is_compute_gpu
 
 
 def cpulist(cpus: Iterable[int]) -> str:

@@ -184,7 +184,7 @@ def command(
 def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
     """Results go into a snapshot only when its GPUs are the ones that were measured."""
     from ...advice.gpu_specs import machine_gpus
-    from ...engine.subjects import normalise_bus_id
+    from ...model.bus_ids import normalise_bus_id
 
     known = {normalise_bus_id(g.bus_id) for g in machine_gpus(facts) if g.bus_id}
     measured = [g.get("bus_id") for g in section.get("gpus", []) if isinstance(g.get("bus_id"), str)]

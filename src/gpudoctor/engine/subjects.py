@@ -1,11 +1,10 @@
 """Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC.
 
-A GPU subject joins what sysfs (PCI) and NVML say about one card by PCI
-bus id, so a GPU that fell off NVML but is still on the bus is a subject
-too, and every GPU is named by index *and* bus id. NVML fields of a GPU
-NVML does not list are unavailable, with the reason. A GPU's own results of
-`gpudoctor bench` (gpu.bench) and of the gate's device test (gpu.device_test)
-are attached to it.
+A GPU subject is one GPU of the machine's GPU view (model/gpus.py, which joins what sysfs (PCI)
+and NVML say about one card by PCI bus id): its NVML record as the rules read it, with the joined
+identity beside it. NVML fields of a GPU NVML does not list are unavailable, with the reason. A
+GPU's own results of `gpudoctor bench` (gpu.bench) and of the gate's device test
+(gpu.device_test) are attached to it by the view's device matcher.
 """
 
 from __future__ import annotations

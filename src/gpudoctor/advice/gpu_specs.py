@@ -12,6 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..model.gpus import Gpu, gpus_of
+
 # Dense rate fields, in the order a table shows them.
 RATE_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops")
 SPARSE_SUFFIX = "_sparse"
@@ -97,6 +99,7 @@ class MachineGpu:
     spec_id: str | None = None
     matched_by: str = ""
     candidates: list[str] = field(default_factory=list)
+    uuid: str | None = None
 
 
 def _hex4(text: Any) -> str | None:
@@ -108,14 +111,13 @@ def _hex4(text: Any) -> str | None:
     return t.zfill(4)[-4:] if t and all(c in "0123456789abcdef" for c in t) else None
 
 
-def pci_id_of(subject: Mapping[str, Any]) -> str | None:
+def pci_id_of(gpu: Gpu) -> str | None:
     """ "10de:2335" from sysfs vendor/device ids, else from NVML's 0xDDDDVVVV."""
-    pci = subject.get("pci")
-    if isinstance(pci, Mapping):
-        vendor, device = _hex4(pci.get("vendor_id")), _hex4(pci.get("device_id"))
+    if gpu.pci is not None:
+        vendor, device = _hex4(gpu.pci.get("vendor_id")), _hex4(gpu.pci.get("device_id"))
         if vendor and device:
             return f"{vendor}:{device}"
-    combined = subject.get("pci_device_id")
+    combined = gpu.reading("pci_device_id")
     if isinstance(combined, str):
         text = combined.strip().lower()
         text = text[2:] if text.startswith("0x") else text
@@ -152,22 +154,17 @@ def match_row(
 
 def machine_gpus(facts: Mapping[str, Any], table: Mapping[str, Any] | None = None) -> list[MachineGpu]:
     """This machine's GPUs (NVML and sysfs joined by bus id), each matched to a spec row where possible."""
-    from ..engine.subjects import gpu_subjects
-
     rows = (table or load_specs())["rows"]
     out: list[MachineGpu] = []
-    for subject in gpu_subjects(facts):
-        name = subject.get("name")
-        memory = subject.get("memory_total_bytes")
-        index = subject.get("index")
-        bus = subject.get("bus_id")
+    for view in gpus_of(facts):
         gpu = MachineGpu(
-            label=str(subject.get("label")),
-            index=index if isinstance(index, int) else None,
-            bus_id=bus if isinstance(bus, str) else None,
-            name=name if isinstance(name, str) else None,
-            pci_id=pci_id_of(subject),
-            memory_bytes=memory if isinstance(memory, int) else None,
+            label=view.label,
+            index=view.index if isinstance(view.index, int) else None,
+            bus_id=view.bus_id if isinstance(view.bus_id, str) else None,
+            name=view.name if isinstance(view.name, str) else None,
+            pci_id=pci_id_of(view),
+            memory_bytes=view.memory_total_bytes if isinstance(view.memory_total_bytes, int) else None,
+            uuid=view.uuid if isinstance(view.uuid, str) else None,
         )
         gpu.spec_id, gpu.matched_by, gpu.candidates = match_row(rows, gpu.pci_id, gpu.name, gpu.memory_bytes)
         out.append(gpu)

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..engine.subjects import is_compute_gpu, normalise_bus_id
+from ..model.bus_ids import normalise_bus_id
 from ..model.cpus import format_cpulist
+from ..model.gpus import gpus_of, pci_gpus
 
 
 def cpulist(cpus: Iterable[int]) -> str:
@@ -271,35 +272,31 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
     container sysfs shows every GPU of the host, NVML only those given to the container. Without
     NVML it is the NVIDIA display/3D controllers on the PCI bus, numbered in bus order."""
     notes: list[str] = []
-    pci_devices = [d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping)]
-    by_bus: dict[str, Mapping[str, Any]] = {}
-    for dev in pci_devices:
-        if is_compute_gpu(dev) and isinstance(dev.get("bus_id"), str):
-            by_bus[normalise_bus_id(dev["bus_id"])] = dev
+    by_bus = pci_gpus(facts)
     gpus: list[GpuInfo] = []
     nvml = _section(facts, "nvml")
     if nvml_ok(facts) and isinstance(nvml.get("gpus"), list):
         source = "NVML"
-        listed: set[str] = set()
-        for rec in nvml["gpus"]:
-            if not isinstance(rec, Mapping) or not isinstance(rec.get("bus_id"), str):
+        hidden: list[str] = []
+        for view in gpus_of(facts):
+            if view.nvml is None:
+                if view.vendor == "nvidia" and isinstance(view.bus_id, str):
+                    hidden.append(view.bus_id)
                 continue
-            bus = normalise_bus_id(rec["bus_id"])
-            listed.add(bus)
-            pci = by_bus.get(bus)
-            device_id = _str(pci.get("device_id")) if pci else None
+            if not isinstance(view.bus_id, str):
+                continue  # NVML could not say where it is: it cannot be placed on a node
+            device_id = _str(view.pci.get("device_id")) if view.pci else None
             gpus.append(
                 GpuInfo(
-                    index=_id(rec.get("index")),
-                    bus_id=bus,
-                    uuid=_str(rec.get("uuid")),
-                    name=_str(rec.get("name")),
-                    model=device_id or _str(rec.get("name")),
-                    pci=pci,
-                    nvml=rec,
+                    index=_id(view.nvml.get("index")),
+                    bus_id=view.bus_id,
+                    uuid=_str(view.uuid),
+                    name=_str(view.name),
+                    model=device_id or _str(view.name),
+                    pci=view.pci,
+                    nvml=view.nvml,
                 )
             )
-        hidden = [b for b, d in sorted(by_bus.items()) if b not in listed and d.get("vendor") == "nvidia"]
         if hidden:
             notes.append(
                 f"NVIDIA GPU(s) {', '.join(hidden)} are on the PCI bus but not listed by NVML (not given to this "

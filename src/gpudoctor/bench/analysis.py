@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from ..advice.gpu_specs import MachineGpu, load_specs, machine_gpus, match_row, pcie_link_gbs
-from ..engine.subjects import normalise_bus_id
 from ..facts import Unavailable
+from ..model.bus_ids import normalise_bus_id
+from ..model.gpus import match_gpu
 from .runner import BenchRun
 
 # test name → (unit, the datasheet field its spec comes from)
@@ -94,19 +95,15 @@ def join_devices(
 ) -> dict[int, MachineGpu | None]:
     """Worker device index → the snapshot's GPU: by PCI bus id; by index only when the worker saw
     every GPU in PCI order (no CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
-    by_bus = {normalise_bus_id(g.bus_id): g for g in machine if g.bus_id}
-    by_index = {g.index: g for g in machine if g.index is not None}
     index_ok = not start.get("cuda_visible_devices") and start.get("cuda_device_order") == "PCI_BUS_ID"
     out: dict[int, MachineGpu | None] = {}
     for dev in devices:
         idx = dev.get("index")
         if not isinstance(idx, int):
             continue
-        bus = dev.get("bus_id")
-        gpu = by_bus.get(normalise_bus_id(bus)) if isinstance(bus, str) else None
-        if gpu is None and not isinstance(bus, str) and index_ok and dev.get("device_type") != "cpu":
-            gpu = by_index.get(idx)
-        out[idx] = gpu
+        out[idx] = match_gpu(
+            machine, bus_id=dev.get("bus_id"), index=idx, index_known=index_ok and dev.get("device_type") != "cpu"
+        )
     return out
 
 

@@ -1,36 +1,20 @@
 """Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC.
 
-A GPU subject joins what sysfs (PCI) and NVML say about one card by PCI
-bus id, so a GPU that fell off NVML but is still on the bus is a subject
-too, and every GPU is named by index *and* bus id. NVML fields of a GPU
-NVML does not list are unavailable, with the reason. A GPU's own results of
-`gpudoctor bench` (gpu.bench) and of the gate's device test (gpu.device_test)
-are attached to it.
+A GPU subject is one GPU of the machine's GPU view (model/gpus.py, which joins what sysfs (PCI)
+and NVML say about one card by PCI bus id): its NVML record as the rules read it, with the joined
+identity beside it. NVML fields of a GPU NVML does not list are unavailable, with the reason. A
+GPU's own results of `gpudoctor bench` (gpu.bench) and of the gate's device test
+(gpu.device_test) are attached to it by the view's device matcher.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..facts import Unavailable
 from ..findings import HOST, Subject, bounded_subject
+from ..model.gpus import Gpu, gpus_of, match_gpu
 from . import factpaths
-
-NVML_REASON = {
-    "library_not_found": "not_found",
-    "driver_not_loaded": "driver_not_loaded",
-    "no_permission": "no_permission",
-    "timeout": "timeout",
-}
-
-
-def normalise_bus_id(bus_id: str) -> str:
-    """ "00000000:9A:00.0" → "0000:9a:00.0"."""
-    text = bus_id.strip().lower()
-    domain, _, rest = text.partition(":")
-    if rest and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}:{rest}" if rest else text
 
 
 def _list(value: Any) -> list[Any]:
@@ -42,134 +26,87 @@ def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def is_compute_gpu(dev: Mapping[str, Any]) -> bool:
-    """NVIDIA and AMD GPUs, and other vendors' 3D controllers/accelerators; not a BMC's VGA chip."""
-    if dev.get("kind") != "gpu":
-        return False
-    if dev.get("vendor") in ("nvidia", "amd"):
-        return True
-    code = dev.get("class_code")
-    return isinstance(code, str) and code.lower().startswith(("0x0302", "0x12"))
-
-
 def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    nvml = _section(facts, "nvml")
-    status = nvml.get("status", "error")
-    nvml_ok = status == "ok"
-    nvml_gpus = _list(nvml.get("gpus"))
-    pci_gpus = [
-        d for d in _list(_section(facts, "pci").get("devices")) if isinstance(d, Mapping) and is_compute_gpu(d)
-    ]
-    by_bus: dict[str, Mapping[str, Any]] = {}
-    for dev in pci_gpus:
-        bus = dev.get("bus_id")
-        if isinstance(bus, str):
-            by_bus[normalise_bus_id(bus)] = dev
-
+    """One subject per GPU of the view (model/gpus.py): its NVML fields (or why NVML has none),
+    the joined identity, and its bench and device test results."""
     nvml_fields = list(factpaths.subject_schema("gpu")["properties"])
+    gpus = gpus_of(facts)
     out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    records = [rec for rec in nvml_gpus if isinstance(rec, Mapping)]
-    bus_of = _nvml_bus_ids(records, by_bus)
-    for rec in records:
-        bus_norm = bus_of[id(rec)]
-        pci = by_bus.get(bus_norm)
-        seen.add(bus_norm)
-        subject = dict(rec)
-        bus = rec.get("bus_id")
-        unknown_bus = bus if isinstance(bus, Unavailable) else Unavailable("error", "NVML gave no PCI bus id")
-        subject["bus_id"] = bus_norm or unknown_bus
-        vendor = pci.get("vendor") if pci else "nvidia"
-        subject["vendor"] = vendor if isinstance(vendor, str) else "nvidia"
-        subject["in_nvml"] = True
-        subject["on_pci"] = pci is not None
-        subject["pci"] = dict(pci) if pci else Unavailable("not_found", f"sysfs lists no PCI device {bus_norm}")
-        subject["label"] = f"GPU {rec.get('index')} ({bus_norm or 'bus id unknown'})"
+    for gpu in gpus:
+        if gpu.nvml is not None:
+            subject = dict(gpu.nvml)
+            subject["bus_id"] = gpu.bus_id
+            subject["vendor"] = gpu.vendor
+            subject["in_nvml"] = gpu.in_nvml
+            subject["on_pci"] = gpu.on_pci
+            subject["pci"] = (
+                dict(gpu.pci) if gpu.pci else Unavailable("not_found", f"sysfs lists no PCI device {_bus_text(gpu)}")
+            )
+            subject["label"] = gpu.label
+        else:
+            subject = {name: gpu.nvml_missing for name in nvml_fields}
+            subject.update(
+                {
+                    "bus_id": gpu.bus_id,
+                    "vendor": gpu.vendor,
+                    "in_nvml": gpu.in_nvml,
+                    "on_pci": gpu.on_pci,
+                    "pci": dict(gpu.pci or {}),
+                    "label": gpu.label,
+                    "index": gpu.index,
+                }
+            )
+        cpus = gpu.local_cpus
+        subject["local_cpus"] = list(cpus) if isinstance(cpus, tuple) else cpus
+        subject["numa_node"] = gpu.numa_node
+        subject["bench"] = _NO_BENCH
         out.append(subject)
-    unplaced = [str(rec.get("index")) for rec in records if not bus_of[id(rec)]]
-
-    if nvml_ok and unplaced:
-        # NVML may well list this GPU under an index whose bus id it could not give: unknown, not absent.
-        missing = Unavailable(
-            "error", f"NVML could not give the PCI bus id of GPU {', '.join(unplaced)}; it may be this one"
-        )
-        in_nvml: Any = missing
-    elif nvml_ok:
-        missing = Unavailable("not_found", "NVML does not list this GPU")
-        in_nvml = False
-    else:
-        reason = NVML_REASON.get(str(status), "error")
-        error = str(nvml.get("error", "")).strip()
-        detail = f"NVML did not answer ({status})" + (f": {error}" if error else "")
-        missing = Unavailable(reason, detail)
-        in_nvml = missing
-    for bus_norm, dev in sorted(by_bus.items()):
-        if bus_norm in seen:
-            continue
-        vendor = dev.get("vendor") if isinstance(dev.get("vendor"), str) else "other"
-        subject = {name: missing for name in nvml_fields}
-        if vendor != "nvidia":
-            subject = {
-                name: Unavailable("not_supported", f"NVML covers NVIDIA GPUs only ({vendor})") for name in nvml_fields
-            }
-        subject.update(
-            {
-                "bus_id": bus_norm,
-                "vendor": vendor,
-                "in_nvml": in_nvml if vendor == "nvidia" else False,
-                "on_pci": True,
-                "pci": dict(dev),
-                "label": f"{vendor.upper() if vendor in ('amd', 'nvidia') else vendor} GPU ({bus_norm})"
-                if vendor != "nvidia"
-                else f"GPU {bus_norm}",
-                "index": Unavailable(missing.reason, missing.detail)
-                if vendor == "nvidia"
-                else Unavailable("not_supported", "no NVML index for a non-NVIDIA GPU"),
-            }
-        )
-        out.append(subject)
-
-    bench = _bench_by_bus(facts)
-    for subject in out:
-        subject["local_cpus"] = _local_cpus(subject)
-        subject["numa_node"] = _numa_node(subject)
-        bus = subject.get("bus_id")
-        subject["bench"] = bench.get(bus, _NO_BENCH) if isinstance(bus, str) else _NO_BENCH
-    _attach_device_test(facts, out)
+    _attach_bench(facts, gpus, out)
+    _attach_device_test(facts, gpus, out)
     return out
+
+
+def _bus_text(gpu: Gpu) -> str:
+    return gpu.bus_id if isinstance(gpu.bus_id, str) else ""
 
 
 _NO_BENCH = Unavailable("not_found", "no bench results for this GPU (gpudoctor bench --facts FILE -o FILE adds them)")
 
 
-def _bench_by_bus(facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The bench section's per-GPU results by normalised bus id (empty without a bench)."""
+def _attach_bench(facts: Mapping[str, Any], gpus: Sequence[Gpu], subjects: list[dict[str, Any]]) -> None:
+    """Each GPU's results of the bench section (gpu.bench), matched by PCI bus id; of two entries
+    for one GPU the last is kept."""
     bench = facts.get("bench")
-    out: dict[str, Any] = {}
+    subject_of = {id(g): s for g, s in zip(gpus, subjects)}
     for entry in _list(bench.get("gpus")) if isinstance(bench, Mapping) else []:
         bus = entry.get("bus_id") if isinstance(entry, Mapping) else None
-        if isinstance(bus, str):
-            out[normalise_bus_id(bus)] = entry
-    return out
+        match = match_gpu(gpus, bus_id=bus) if isinstance(bus, str) else None
+        if match is not None:
+            subject_of[id(match)]["bench"] = entry
 
 
 _NO_DEVICE_TEST = Unavailable("not_found", "the device test did not run on this GPU")
 
 
-def _attach_device_test(facts: Mapping[str, Any], subjects: list[dict[str, Any]]) -> None:
+def _attach_device_test(facts: Mapping[str, Any], gpus: Sequence[Gpu], subjects: list[dict[str, Any]]) -> None:
     """Each GPU's own device test results (the device_test section `gate --deep` adds) as
-    gpu.device_test: the CUDA device matched by UUID, else by PCI bus id, else by index where CUDA's
-    indices are NVML's; a p2p result names the GPU copied to by that GPU's label."""
+    gpu.device_test, the CUDA device matched by model.gpus.match_gpu (UUID, bus id, or index where
+    CUDA's indices are NVML's); a p2p result names the GPU copied to by that GPU's label."""
     for subject in subjects:
         subject["device_test"] = _NO_DEVICE_TEST
     section = facts.get("device_test")
     if not isinstance(section, Mapping):
         return
+    subject_of = {id(g): s for g, s in zip(gpus, subjects)}
+    index_known = section.get("index_is_nvml") is True
     by_index: dict[int, dict[str, Any]] = {}
     for entry in _list(section.get("gpus")):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("index"), int):
             continue
-        match = _tested_gpu(entry, subjects, section.get("index_is_nvml") is True)
+        gpu = match_gpu(
+            gpus, uuid=entry.get("uuid"), bus_id=entry.get("bus_id"), index=entry["index"], index_known=index_known
+        )
+        match = subject_of[id(gpu)] if gpu is not None else None
         if match is not None and match["device_test"] is _NO_DEVICE_TEST:
             match["device_test"] = dict(entry)
             by_index[entry["index"]] = match
@@ -179,66 +116,6 @@ def _attach_device_test(facts: Mapping[str, Any], subjects: list[dict[str, Any]]
             peer = by_index.get(p2p["peer"])
             label = str(peer["label"]) if peer is not None else f"CUDA device {p2p['peer']}"
             subject["device_test"]["p2p"] = {**p2p, "peer_label": label}
-
-
-def _tested_gpu(entry: Mapping[str, Any], subjects: list[dict[str, Any]], index_is_nvml: bool) -> dict[str, Any] | None:
-    uuid, bus = entry.get("uuid"), entry.get("bus_id")
-    if isinstance(uuid, str):
-        for g in subjects:
-            if isinstance(g.get("uuid"), str) and g["uuid"].lower() == uuid.lower():
-                return g
-    if isinstance(bus, str):
-        wanted = normalise_bus_id(bus)
-        for g in subjects:
-            if g.get("bus_id") == wanted:
-                return g
-    if index_is_nvml:
-        return next((g for g in subjects if g.get("index") == entry["index"]), None)
-    return None
-
-
-def _local_cpus(subject: Mapping[str, Any]) -> Any:
-    affinity = subject.get("cpu_affinity")
-    if isinstance(affinity, list) and affinity:
-        return affinity
-    pci = subject.get("pci")
-    if isinstance(pci, Mapping):
-        return pci.get("local_cpus", Unavailable("not_found", "no local_cpulist"))
-    return affinity if isinstance(affinity, Unavailable) else Unavailable("not_found", "no CPU affinity known")
-
-
-def _numa_node(subject: Mapping[str, Any]) -> Any:
-    pci = subject.get("pci")
-    sysfs_node = pci.get("numa_node") if isinstance(pci, Mapping) else None
-    if isinstance(sysfs_node, int) and sysfs_node >= 0:
-        return sysfs_node
-    mem = subject.get("memory_affinity")
-    if isinstance(mem, list) and len(mem) == 1:
-        return mem[0]
-    if isinstance(sysfs_node, int):
-        return sysfs_node  # -1: the firmware gave none and NVML could not say either
-    if isinstance(sysfs_node, Unavailable):
-        return sysfs_node
-    return Unavailable("not_found", "no NUMA node known for this GPU")
-
-
-def _nvml_bus_ids(records: list[Mapping[str, Any]], by_bus: Mapping[str, Mapping[str, Any]]) -> dict[int, str]:
-    """Normalised bus id of each NVML record ("" when unknown), by id() of the record.
-
-    A record whose bus id NVML could not give (the PCI info call failed, or the GPU was lost
-    before it) is placed only when that is certain: it is the one such record and exactly one
-    GPU bound to the nvidia driver on the PCI bus is named by no other record.
-    """
-    out: dict[int, str] = {}
-    for rec in records:
-        bus = rec.get("bus_id")
-        out[id(rec)] = normalise_bus_id(bus) if isinstance(bus, str) else ""
-    unknown = [rec for rec in records if not out[id(rec)]]
-    named = set(out.values())
-    free = [bus for bus, dev in by_bus.items() if bus not in named and dev.get("driver") == "nvidia"]
-    if len(unknown) == 1 and len(free) == 1:
-        out[id(unknown[0])] = free[0]
-    return out
 
 
 def gpu_subject_ref(subject: Mapping[str, Any]) -> Subject:

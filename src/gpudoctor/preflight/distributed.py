@@ -47,23 +47,21 @@ def _int_env(name: str) -> int:
 
 def own_gpu(facts: Mapping[str, Any], local_rank: int, torch: Any = None) -> str | None:
     """PCI bus id (NVML's form) of the GPU this rank uses, or None when it cannot be told."""
-    from ..engine.subjects import gpu_subjects, normalise_bus_id
+    from ..model.gpus import gpus_of, match_gpu
 
-    gpus = [g for g in gpu_subjects(facts) if g.get("in_nvml") is True]
+    gpus = [g for g in gpus_of(facts) if g.in_nvml is True]
     if torch is not None:
         try:
             props = torch.cuda.get_device_properties(local_rank)
             uuid = str(getattr(props, "uuid", "") or "")
             uuid = uuid if uuid.startswith(("GPU-", "MIG-")) or not uuid else "GPU-" + uuid
-            for g in gpus:
-                if isinstance(g.get("uuid"), str) and g["uuid"].lower() == uuid.lower():
-                    return str(g["bus_id"])
             bus, dev = getattr(props, "pci_bus_id", None), getattr(props, "pci_device_id", None)
+            bus_id = None
             if isinstance(bus, int) and isinstance(dev, int):
-                wanted = normalise_bus_id(f"{getattr(props, 'pci_domain_id', 0) or 0:04x}:{bus:02x}:{dev:02x}.0")
-                for g in gpus:
-                    if g.get("bus_id") == wanted:
-                        return wanted
+                bus_id = f"{getattr(props, 'pci_domain_id', 0) or 0:04x}:{bus:02x}:{dev:02x}.0"
+            found = match_gpu(gpus, uuid=uuid, bus_id=bus_id)
+            if found is not None:
+                return str(found.bus_id)
         except Exception:
             pass  # fall back to CUDA_VISIBLE_DEVICES / the index
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -76,22 +74,20 @@ def own_gpu(facts: Mapping[str, Any], local_rank: int, torch: Any = None) -> str
             if entry.isascii() and entry.isdigit():
                 index = int(entry)
             elif entry.startswith("GPU-"):
-                match = [g for g in gpus if isinstance(g.get("uuid"), str) and g["uuid"].startswith(entry)]
+                # CUDA_VISIBLE_DEVICES takes a UUID's unique prefix
+                match = [g for g in gpus if isinstance(g.uuid, str) and g.uuid.startswith(entry)]
                 if len(match) == 1:
-                    return str(match[0]["bus_id"])
-    for g in gpus:
-        if index is not None and g.get("index") == index:
-            return str(g["bus_id"])
-    return None
+                    return str(match[0].bus_id)
+    found = match_gpu(gpus, index=index, index_known=True)
+    return str(found.bus_id) if found is not None else None
 
 
 def _gpu_label(facts: Mapping[str, Any], bus: str | None) -> str:
-    from ..engine.subjects import gpu_subjects
+    from ..model.gpus import gpus_of
 
-    for g in gpu_subjects(facts):
-        if g.get("bus_id") == bus:
-            name = g.get("name")
-            return f"{g.get('label')}" + (f" {name}" if isinstance(name, str) else "")
+    for g in gpus_of(facts):
+        if g.bus_id == bus:
+            return g.label + (f" {g.name}" if isinstance(g.name, str) else "")
     return "?"
 
 

@@ -147,24 +147,24 @@ class GateReport:
 
     def gpus(self) -> list[dict[str, Any]]:
         """One row per GPU: identity, memory, and which checks failed on it."""
-        from ..engine.subjects import gpu_subjects
+        from ..model.gpus import gpus_of
 
         def known(value: Any, kind: type) -> Any:
             return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
         rows = []
-        for g in gpu_subjects(self.facts):
-            bus = known(g.get("bus_id"), str)
+        for g in gpus_of(self.facts):
+            bus = known(g.bus_id, str)
             on_it = [f for f in self.findings if f.subject.kind == "gpu" and f.subject.bus_id == bus]
             rows.append(
                 {
-                    "index": known(g.get("index"), int),
+                    "index": known(g.index, int),
                     "bus_id": bus,
-                    "uuid": known(g.get("uuid"), str),
-                    "name": known(g.get("name"), str),
-                    "memory_total_bytes": known(g.get("memory_total_bytes"), int),
-                    "memory_used_bytes": known(g.get("memory_used_bytes"), int),
-                    "utilization_gpu_pct": known(g.get("utilization_gpu_pct"), int),
+                    "uuid": known(g.uuid, str),
+                    "name": known(g.name, str),
+                    "memory_total_bytes": known(g.memory_total_bytes, int),
+                    "memory_used_bytes": known(g.reading("memory_used_bytes"), int),
+                    "utilization_gpu_pct": known(g.reading("utilization_gpu_pct"), int),
                     "failed_checks": list(dict.fromkeys(f.rule_id for f in on_it if f.status is Status.FAIL)),
                     "blocking": any(self.is_blocking(f) for f in on_it),
                 }

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import Unavailable
+from ..model.bus_ids import normalise_bus_id
 from .files import open_fd, unavailable_from_oserror
 
 KMSG = "/dev/kmsg"
@@ -51,13 +52,6 @@ _SYSLOG_UPTIME = re.compile(r"kernel:\s*\[\s*(\d+\.\d+)\]")
 _BOOT_BANNER = re.compile(r"kernel:(?:\s*\[\s*0\.0+\])?\s*Linux version \d")
 
 
-def _bus_id(raw: str) -> str:
-    parts = raw.lower().split(":")
-    if len(parts) == 2:  # very old drivers print bus:device only
-        parts = ["0000", *parts]
-    return ":".join(parts) + ".0"
-
-
 class _Xids:
     """Xid lines counted per (GPU, code), keeping the last message and when it came."""
 
@@ -68,7 +62,7 @@ class _Xids:
         match = _XID.search(line, 0, MAX_LINE)
         if not match:
             return
-        key = (_bus_id(match.group("bus")), int(match.group("code")))
+        key = (normalise_bus_id(match.group("bus") + ".0"), int(match.group("code")))  # very old drivers: bus:device
         entry = self.entries.get(key)
         if entry is None:
             if len(self.entries) >= MAX_ENTRIES:

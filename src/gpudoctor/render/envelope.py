@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from ..facts import Unavailable
+from ..model.gpus import gpus_of
 
 # More GPU rows than any machine has (the facts bound NVML's list at 1024 and PCI's at 4096): a
 # report stays bounded whatever the snapshot holds, and `report merge` refuses a longer list.
@@ -53,16 +54,14 @@ def utc_stamp(text: Any) -> str | None:
 
 
 def _gpus(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    from ..engine.subjects import gpu_subjects
-
     return [
         {
-            "index": _known(g.get("index"), int),
-            "name": _known(g.get("name"), str),
-            "bus_id": _known(g.get("bus_id"), str),
-            "uuid": _known(g.get("uuid"), str),
+            "index": _known(g.index, int),
+            "name": _known(g.name, str),
+            "bus_id": _known(g.bus_id, str),
+            "uuid": _known(g.uuid, str),
         }
-        for g in gpu_subjects(facts)[:MAX_GPUS]
+        for g in gpus_of(facts)[:MAX_GPUS]
     ]
 
 

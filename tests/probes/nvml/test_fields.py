@@ -254,7 +254,6 @@ def test_sequential_reading_gives_the_same_facts() -> None:
     assert sink.result() == HEALTHY
 
 def test_helpers() -> None:
-    assert fields.normalise_bus_id("00000000:9A:00.0") == "0000:9a:00.0"
     assert fields.mask_to_ids([0b1011, 1 << 63, 0, 1]) == [0, 1, 3, 127, 192]
     assert fields.mask_to_ids([]) == []
 

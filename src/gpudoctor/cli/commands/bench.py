@@ -183,12 +183,11 @@ def command(
 
 def _check_same_machine(section: dict, facts: dict, facts_file: str) -> None:
     """Results go into a snapshot only when its GPUs are the ones that were measured."""
-    from ...advice.gpu_specs import machine_gpus
-    from ...engine.subjects import normalise_bus_id
+    from ...model.gpus import gpus_of, match_gpu
 
-    known = {normalise_bus_id(g.bus_id) for g in machine_gpus(facts) if g.bus_id}
+    gpus = gpus_of(facts)
     measured = [g.get("bus_id") for g in section.get("gpus", []) if isinstance(g.get("bus_id"), str)]
-    strangers = [b for b in measured if normalise_bus_id(b) not in known]
+    strangers = [b for b in measured if match_gpu(gpus, bus_id=b) is None]
     if strangers:
         raise UserError(
             f"{facts_file} is not a snapshot of this machine: it has no GPU at {', '.join(strangers)} "

@@ -9,6 +9,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from ...facts import Unavailable
+from ...model.bus_ids import parse_bus_id
 from .errors import (
     INIT_FAILURES,
     NVML_ERROR_INVALID_ARGUMENT,
@@ -66,13 +67,6 @@ GPU_FIELDS = (
     "cpu_affinity", "memory_affinity", "numa_node_id", "utilization_gpu_pct", "processes",
 )
 SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version", "device_count")
-
-
-def normalise_bus_id(text: str) -> str:
-    """NVML's "00000000:18:00.0" -> sysfs' "0000:18:00.0" (lower case)."""
-    domain, bus, rest = text.strip().split(":")
-    device, function = rest.split(".")
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16)}"
 
 
 def mask_to_ids(words: Iterable[Any]) -> list[int]:
@@ -171,7 +165,7 @@ def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -
     r.field("serial", "nvmlDeviceGetSerial", convert=as_text)
     r.fields(
         "nvmlDeviceGetPciInfo",
-        bus_id=lambda p: normalise_bus_id(as_text(p.busId)),
+        bus_id=lambda p: parse_bus_id(as_text(p.busId)),
         pci_device_id=lambda p: f"0x{int(p.pciDeviceId):08x}",
     )
     r.field("compute_capability", "nvmlDeviceGetCudaComputeCapability", convert=lambda v: f"{int(v[0])}.{int(v[1])}")

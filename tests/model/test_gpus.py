@@ -1,0 +1,103 @@
+"""The GPU view of the snapshot and the one device matcher."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from gpudoctor.engine.subjects import gpu_subjects
+from gpudoctor.facts import Unavailable, load_snapshot
+from gpudoctor.model.gpus import Gpu, gpus_of, match_gpu
+from tests.conftest import HOSTS, SNAPSHOTS, probed
+
+FIXTURE_HOSTS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
+
+
+def _facts(name: str) -> dict:
+    return load_snapshot(SNAPSHOTS / name) if name.endswith(".json") else probed(name)
+
+
+@pytest.mark.parametrize("name", [*FIXTURE_HOSTS, "h200-x2.json"])
+def test_the_view_has_the_subjects_gpus_with_their_labels_and_ids(name: str) -> None:
+    facts = _facts(name)
+    gpus = gpus_of(facts)
+    subjects = gpu_subjects(facts)
+    assert len(gpus) == len(subjects)
+    for gpu, subject in zip(gpus, subjects):
+        assert gpu.label == subject["label"]
+        assert gpu.bus_id == subject["bus_id"]
+        assert gpu.in_nvml == subject["in_nvml"] and gpu.on_pci == subject["on_pci"]
+        assert gpu.numa_node == subject["numa_node"]
+        for key in ("index", "uuid", "name", "memory_total_bytes"):
+            want = subject.get(key)
+            assert getattr(gpu, key) == want or (want is None and isinstance(getattr(gpu, key), Unavailable))
+
+
+def test_the_view_is_frozen_and_reads_nothing_into_missing_values() -> None:
+    facts = probed("nvml-mismatch")
+    gpus = gpus_of(facts)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gpus[0].label = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        gpus[0].nvml["name"] = "x"  # type: ignore[index]
+    off_nvml = [g for g in gpus if g.nvml is None]
+    assert off_nvml, "nvml-mismatch has a GPU that NVML does not list"
+    for g in off_nvml:
+        assert g.on_pci and isinstance(g.bus_id, str)
+        assert isinstance(g.index, Unavailable) and isinstance(g.uuid, Unavailable)
+        assert g.reading("temperature_c") is g.nvml_missing
+
+
+def test_without_nvml_every_gpu_on_the_bus_is_there_with_the_reason() -> None:
+    facts = probed("no-driver")
+    gpus = gpus_of(facts)
+    assert gpus and all(g.nvml is None and g.on_pci for g in gpus)
+    for g in gpus:
+        assert isinstance(g.in_nvml, Unavailable) and g.in_nvml.reason == g.nvml_missing.reason  # type: ignore[union-attr]
+
+
+def test_a_gpu_whose_bus_id_nvml_lost_is_placed_only_when_certain() -> None:
+    facts = probed("healthy-2gpu")
+    lost = copy.deepcopy(facts)
+    lost["nvml"]["gpus"][1]["bus_id"] = Unavailable("error", "nvmlDeviceGetPciInfo failed")
+    gpus = gpus_of(lost)
+    assert [g.bus_id for g in gpus] == [g.bus_id for g in gpus_of(facts)]  # the one free nvidia GPU on the bus
+    both = copy.deepcopy(lost)
+    both["nvml"]["gpus"][0]["bus_id"] = Unavailable("error", "nvmlDeviceGetPciInfo failed")
+    placed = gpus_of(both)
+    assert [g.label for g in placed[:2]] == ["GPU 0 (bus id unknown)", "GPU 1 (bus id unknown)"]
+    assert all(isinstance(g.bus_id, Unavailable) for g in placed[:2])
+    assert all(isinstance(g.in_nvml, Unavailable) for g in placed[2:])  # may be one of the two
+
+
+def _two() -> tuple[Gpu, ...]:
+    gpus = gpus_of(probed("healthy-2gpu"))
+    assert len(gpus) == 2 and all(isinstance(g.uuid, str) and isinstance(g.bus_id, str) for g in gpus)
+    return gpus
+
+
+def test_the_matcher_takes_the_uuid_first_in_any_case() -> None:
+    a, b = _two()
+    assert match_gpu((a, b), uuid=str(b.uuid).upper(), bus_id=a.bus_id) is b
+
+
+def test_the_matcher_takes_the_bus_id_in_any_spelling() -> None:
+    a, b = _two()
+    nvml_form = "0000" + str(b.bus_id).upper()
+    assert match_gpu((a, b), uuid="GPU-not-here", bus_id=nvml_form) is b
+
+
+def test_the_matcher_uses_the_index_only_when_the_numbering_is_nvmls() -> None:
+    a, b = _two()
+    assert match_gpu((a, b), index=1) is None
+    assert match_gpu((a, b), index=1, index_known=True) is b
+    assert match_gpu((a, b), index=True, index_known=True) is None  # a bool is no index
+    assert match_gpu((a, b), index=7, index_known=True) is None
+
+
+def test_a_bus_id_no_gpu_has_means_none_of_them_whatever_the_index() -> None:
+    a, b = _two()
+    assert match_gpu((a, b), bus_id="0000:ee:00.0", index=0, index_known=True) is None
+    assert match_gpu((a, b), bus_id="garbage", index=0, index_known=True) is None

@@ -34,6 +34,13 @@ def test_prestart_starts_one_child_and_discard_stops_it(no_prestart_left: Any) -
     assert _wait_children_gone() == []
 
 
+def identities(section: dict[str, Any]) -> Any:
+    gpus = section["gpus"]
+    if not isinstance(gpus, list):
+        return gpus  # unavailable: the same reason both times
+    return [(g["index"], g.get("uuid"), g.get("bus_id"), g.get("name"), sorted(g)) for g in gpus]
+
+
 def test_prestarted_child_is_adopted_by_a_live_probe(no_prestart_left: Any) -> None:
     fresh = nvml.collect(make_context())
     assert nvml.prestart()
@@ -41,7 +48,9 @@ def test_prestarted_child_is_adopted_by_a_live_probe(no_prestart_left: Any) -> N
     pending = nvml.start(make_context())
     assert pending.child is prestarted and not nvml._PRESTARTED
     section = pending.result()
-    assert (section["status"], section["error"], section["gpus"]) == (fresh["status"], fresh["error"], fresh["gpus"])
+    assert (section["status"], section["error"]) == (fresh["status"], fresh["error"])
+    # on a real GPU, temperature and memory in use move between two reads: compare what does not
+    assert identities(section) == identities(fresh)
     assert _wait_children_gone() == []
 
 

@@ -98,7 +98,7 @@ AREAS: dict[str, str] = {
 class Subject:
     """What a finding is about: the host, a GPU, a NUMA node or a NIC."""
 
-    kind: str  # host | gpu | numa_node | nic
+    kind: str  # host | gpu | numa_node | nic | pci_port
     label: str  # "host", "GPU 0 (0000:18:00.0)", "node 1", "mlx5_0 (0000:19:00.0)"
     index: int | None = None
     bus_id: str | None = None

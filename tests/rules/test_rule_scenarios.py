@@ -21,7 +21,7 @@ RULESET = load_rules(include_plugins=False)
 GPU0, GPU1 = "0000:18:00.0", "0000:9a:00.0"  # the two H100s of healthy-2gpu and its variants
 HOST = "host"
 
-# (rule id, subject) pairs that FAIL; the subject is a GPU's bus id or "host".
+# (rule id, subject) pairs that FAIL; the subject is a GPU's or a port's bus id, or "host".
 EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     "healthy-2gpu": set(),
     # A real capture from a healthy 2 x H200 (NVLink) VM host, UUIDs and serials scrubbed: nothing may fail.
@@ -47,6 +47,9 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # NUMA fixture hosts (tests/fixtures/make_numa_hosts.py). Healthy hardware on each:
     # 64 CPUs, 4 GPUs and no OMP_NUM_THREADS in the environment: the info-level omp-num-threads-unset.
     "numa-1socket-4ccx": {("omp-num-threads-unset", HOST)},
+    # healthy-2gpu with GPU 1 moved under GPU 0's root port and ACS request + completion redirect on
+    # the three switch downstream ports above the two GPUs and the NIC; the root port is not judged.
+    "acs-redirect": {("pcie-acs-redirect", f"0000:17:0{port}.0") for port in (1, 2, 3)},
     "numa-dgx-8gpu": set(),
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
@@ -64,7 +67,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.
 FULLY_KNOWN = (
-    "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real",
+    "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node",
 )
 

@@ -109,6 +109,8 @@ def subject_schema(kind: str) -> dict[str, Any]:
         return {"type": "object", "properties": props}
     if kind == "nic":
         return _def("pci_device")
+    if kind == "pci_port":
+        return _def("acs_port")
     raise KeyError(kind)
 
 

@@ -1,4 +1,5 @@
-"""Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC.
+"""Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC, each PCIe port
+on a GPU<->GPU or GPU<->NIC path.
 
 A GPU subject is one GPU of the machine's GPU view (model/gpus.py, which joins what sysfs (PCI)
 and NVML say about one card by PCI bus id): its NVML record as the rules read it, with the joined
@@ -161,6 +162,11 @@ def nic_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def port_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One subject per PCIe port on a GPU<->GPU or GPU<->NIC path (pci.acs_ports)."""
+    return [dict(p) for p in _list(_section(facts, "pci").get("acs_ports")) if isinstance(p, Mapping)]
+
+
 def subjects_for(
     kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]
 ) -> list[tuple[Subject, dict[str, Any] | None]]:
@@ -182,7 +188,12 @@ def subjects_for(
             ref = Subject("nic", f"{name} ({n.get('bus_id')})", bus_id=n.get("bus_id"))
             refs.append((bounded_subject(ref), n))
         return refs
+    if kind == "pci_port":
+        return [
+            (bounded_subject(Subject("pci_port", str(p.get("bus_id")), bus_id=p.get("bus_id"))), p)
+            for p in port_subjects(facts)
+        ]
     raise KeyError(kind)
 
 
-SUBJECT_VARIABLE = {"host": None, "gpu": "gpu", "numa_node": "node", "nic": "nic"}
+SUBJECT_VARIABLE = {"host": None, "gpu": "gpu", "numa_node": "node", "nic": "nic", "pci_port": "port"}

@@ -9,6 +9,8 @@ Reads (all through the context root, symlinks resolved inside it):
   ``max_link_width``, ``infiniband/<name>``, ``net/<name>``
 - the parent directory (the upstream port, i.e. the slot): ``max_link_speed``, ``max_link_width``
 - ``/sys/class/infiniband/<name>/device``: which PCI function backs each RDMA device
+- ``config`` of the ports between GPUs and between each GPU and its nearest NIC (probes/acs.py):
+  ``acs_ports``
 
 Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1200xx) as kind
 "gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
@@ -30,6 +32,7 @@ from typing import Any, Callable
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
+from . import acs
 from .files import list_dir, read_cpulist, read_int, read_link, read_parsed, resolve_path, stat_path
 
 BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -59,7 +62,7 @@ MAX_RDMA_DEVICES = 4096
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     names = list_dir(ctx, "/sys/bus/pci/devices")
     if isinstance(names, Unavailable):
-        return {"devices": names}
+        return {"devices": names, "acs_ports": names}
     stop = ctx.work_deadline()
     rdma_by_bdf = _rdma_class_links(ctx, stop)
     functions = [bdf for bdf in names if BDF_RE.match(bdf)]
@@ -71,7 +74,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []))
         if device is not None:
             devices.append(device)
-    return {"devices": devices}
+    return {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop)}
 
 
 def _not_probed(ctx: ProbeContext, functions: list[str], done: int) -> dict[str, Any]:

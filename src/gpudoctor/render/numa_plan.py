@@ -11,7 +11,7 @@ import json
 from typing import Any, Mapping
 
 from ..advice.numa_plan import GIB, GpuBinding, NumaPlan
-from ..advice.numa_topology import cpulist
+from ..model.topology import cpulist
 from ..inputs import shown_excerpt
 from .shell import shell_command, shell_comment
 

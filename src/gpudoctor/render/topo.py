@@ -1,7 +1,7 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
 PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
 
-Formatting only: the layout comes from advice.numa_topology, read from the facts. In the text,
+Formatting only: the layout comes from model.topology, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
 gpudoctor.escaping.printable.
 """
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from ..advice.numa_topology import (
+from ..model.topology import (
     RELATIONS,
     GpuInfo,
     NicChoice,

@@ -1,6 +1,7 @@
 """The machine's CPU, NUMA, GPU and RDMA NIC layout, read from the facts (no system access).
 
-Shared by the NUMA binding planner (numa_plan) and the topology view (cli/commands/topo). Every
+Shared by the NUMA binding planner (advice/numa_plan), the topology view (render/topo) and the
+rule subjects (engine/subjects: which GPUs use each RDMA NIC, by the same pairing). Every
 value here comes from a facts snapshot, so a saved snapshot or a fixture root describes that
 machine, not the one running gpudoctor.
 
@@ -21,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..model.bus_ids import normalise_bus_id
-from ..model.cpus import format_cpulist
-from ..model.gpus import gpus_of, pci_gpus
+from .bus_ids import normalise_bus_id
+from .cpus import format_cpulist
+from .gpus import gpus_of, pci_gpus
 
 
 def cpulist(cpus: Iterable[int]) -> str:

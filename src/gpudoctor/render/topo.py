@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
+from ..escaping import printable
 from ..model.topology import (
     RELATIONS,
     GpuInfo,
@@ -24,7 +25,6 @@ from ..model.topology import (
     nics_from_facts,
     pair_nics,
 )
-from ..escaping import printable
 
 GIB = 1 << 30
 

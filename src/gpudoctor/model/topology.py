@@ -369,6 +369,17 @@ def resolve_node(gpu: GpuInfo, topo: Topology) -> tuple[int | None, str]:
 # --- RDMA NICs -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class NicPort:
+    """One port of one of the NIC's RDMA devices, as the rdma section read it (None: not known)."""
+
+    device: str
+    port: int
+    state: str | None
+    rate_gbps: int | float | None
+    link_layer: str | None
+
+
 @dataclass
 class NicInfo:
     bus_id: str
@@ -377,15 +388,39 @@ class NicInfo:
     node: int | None
     path: list[str] | None
     vendor: str | None
+    ports: list[NicPort] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.rdma[0] if self.rdma else self.bus_id
 
 
+def _rdma_ports(facts: Mapping[str, Any]) -> dict[str, list[NicPort]]:
+    """RDMA device name -> its ports, from the rdma section."""
+    out: dict[str, list[NicPort]] = {}
+    for dev in _list(_section(facts, "rdma").get("devices")):
+        if not isinstance(dev, Mapping) or not isinstance(dev.get("name"), str):
+            continue
+        for port in _list(dev.get("ports")):
+            if not isinstance(port, Mapping) or _int(port.get("port")) is None:
+                continue
+            rate = port.get("rate_gbps")
+            out.setdefault(dev["name"], []).append(
+                NicPort(
+                    device=dev["name"],
+                    port=port["port"],
+                    state=_str(port.get("state")),
+                    rate_gbps=rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None,
+                    link_layer=_str(port.get("link_layer")),
+                )
+            )
+    return out
+
+
 def nics_from_facts(facts: Mapping[str, Any], topo: Topology) -> list[NicInfo]:
     out = []
     single = topo.cpu_nodes()
+    ports = _rdma_ports(facts)
     for dev in _list(_section(facts, "pci").get("devices")):
         if not isinstance(dev, Mapping) or dev.get("kind") != "nic" or not isinstance(dev.get("bus_id"), str):
             continue
@@ -403,6 +438,7 @@ def nics_from_facts(facts: Mapping[str, Any], topo: Topology) -> list[NicInfo]:
                 node=node if node is not None and node >= 0 else None,
                 path=pci_components(dev.get("path")),
                 vendor=_str(dev.get("vendor")),
+                ports=[p for name in sorted(rdma) for p in ports.get(name, [])],
             )
         )
     return sorted(out, key=lambda n: n.bus_id)

@@ -117,6 +117,13 @@ def _nic_line(n: NicInfo) -> str:
     parts = [f"NIC {printable(n.name)}", printable(n.bus_id)]
     if n.net:
         parts.append(printable(",".join(n.net)))
+    for port in n.ports:
+        words = [f"port {port.port}" if len(n.rdma) == 1 else f"{printable(port.device)}:{port.port}"]
+        words.append(printable(port.state) if port.state else "state ?")
+        words.append(f"{port.rate_gbps:g} Gb/s" if port.rate_gbps is not None else "rate ?")
+        if port.link_layer:
+            words.append(printable(port.link_layer))
+        parts.append(" ".join(words))
     return "  ".join(parts)
 
 
@@ -303,6 +310,16 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
                 "bus_id": n.bus_id,
                 "numa_node": n.node,
                 "pci_path": n.path,
+                "ports": [
+                    {
+                        "rdma_device": p.device,
+                        "port": p.port,
+                        "state": p.state,
+                        "rate_gbps": p.rate_gbps,
+                        "link_layer": p.link_layer,
+                    }
+                    for p in n.ports
+                ],
             }
             for n in lay.nics
         ],

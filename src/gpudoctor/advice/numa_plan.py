@@ -37,18 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..inputs import shown_excerpt
+from ..model.nics import NicChoice, nics_from_facts, pair_nics
 from ..model.topology import (
     MAX_BYTES,
     AllowedSet,
     GpuInfo,
-    NicChoice,
     Topology,
     allowed_cpus,
     allowed_mems,
     cpulist,
     gpus_from_facts,
-    nics_from_facts,
-    pair_nics,
 )
 
 STRATEGIES = ("node", "socket", "exclusive", "core-complex")

@@ -7,7 +7,7 @@ GPU's own results of `gpudoctor bench` (gpu.bench) and of the gate's device test
 (gpu.device_test) are attached to it by the view's device matcher.
 
 An RDMA port subject is one port of the rdma section with its device's name, bus id and NUMA node,
-the labels of the GPUs that use its NIC (model/topology.py's GPU↔NIC pairing, the one `topo` and
+the labels of the GPUs that use its NIC (model/nics.py's GPU↔NIC pairing, the one `topo` and
 the NUMA plan show) and the best rate of its kind on the host to compare with.
 """
 
@@ -19,7 +19,8 @@ from ..facts import Unavailable
 from ..findings import HOST, Subject, bounded_subject
 from ..model.bus_ids import normalise_bus_id
 from ..model.gpus import Gpu, gpus_of, match_gpu
-from ..model.topology import Topology, gpus_from_facts, nics_from_facts, pair_nics
+from ..model.nics import nics_from_facts, pair_nics
+from ..model.topology import Topology, gpus_from_facts
 from . import factpaths
 
 
@@ -168,7 +169,7 @@ def nic_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _gpus_by_nic(facts: Mapping[str, Any]) -> dict[str, list[str]]:
-    """NIC bus id -> labels of the GPUs whose nearest RDMA NIC it is (model.topology.pair_nics)."""
+    """NIC bus id -> labels of the GPUs whose nearest RDMA NIC it is (model.nics.pair_nics)."""
     topo = Topology(facts)
     gpus = gpus_from_facts(facts, topo)[0]
     label = {g.bus_id: g.label for g in gpus}

@@ -1,7 +1,7 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
 PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
 
-Formatting only: the layout comes from model.topology, read from the facts. In the text,
+Formatting only: the layout comes from model.topology and model.nics, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
 gpudoctor.escaping.printable.
 """
@@ -13,18 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 from ..escaping import printable
-from ..model.topology import (
-    RELATIONS,
-    GpuInfo,
-    NicChoice,
-    NicInfo,
-    Topology,
-    allowed_cpus,
-    cpulist,
-    gpus_from_facts,
-    nics_from_facts,
-    pair_nics,
-)
+from ..model.nics import RELATIONS, NicChoice, NicInfo, nics_from_facts, pair_nics
+from ..model.topology import GpuInfo, Topology, allowed_cpus, cpulist, gpus_from_facts
 
 GIB = 1 << 30
 

@@ -131,3 +131,12 @@ def test_unreadable_as_non_root_is_no_permission(tmp_path: Path, monkeypatch: py
     assert p["counters"]["symbol_error"].reason == "no_permission"
     assert p["gid_usable"].reason == "no_permission"
     assert facts["verbs"]["dev_uverbs"].reason == "no_permission"
+
+
+def test_the_h200_vm_shape_rdma_core_loaded_without_devices(tmp_path: Path) -> None:
+    # What the real 2 x H200 VM showed: sys/class/infiniband there but empty, /dev/infiniband holding
+    # only rdma_cm, no uverbs devices.
+    (tmp_path / "sys/class/infiniband").mkdir(parents=True)
+    facts = collect(tmp_path, {"dev/infiniband/rdma_cm": ""})
+    assert facts["devices"] == []
+    assert facts["verbs"] == {"kernel_uverbs": [], "dev_uverbs": [], "dev_umad": [], "dev_rdma_cm": True}

@@ -90,6 +90,7 @@ AREAS: dict[str, str] = {
     "thermal": "Thermal & clocks",
     "health": "GPU health",
     "env": "Environment",
+    "rdma": "RDMA & InfiniBand",
     "gate": "Gate checks (gpudoctor gate only)",
 }
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gpudoctor.advice.numa_plan import STRATEGIES, plan_numa
-from gpudoctor.advice.numa_topology import cpulist
 from gpudoctor.facts import Unavailable
+from gpudoctor.model.topology import cpulist
 from tests.conftest import HOSTS, probed
 from tests.helpers.tree import diff_tree
 

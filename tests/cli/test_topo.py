@@ -35,8 +35,8 @@ def test_dgx_tree_puts_each_gpu_and_hca_under_its_node_bridge_and_switch(capsys)
         "│   ├── PCIe switch 0000:16:00.0",
         "│   │   ├── GPU 0  0000:18:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_0",
         "│   │   ├── GPU 1  0000:19:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_0",
-        "│   │   └── NIC mlx5_0  0000:1a:00.0  ibp26s0",
-        "│   └── NIC mlx5_4  0000:1d:00.0  enp29s0f0np0",
+        "│   │   └── NIC mlx5_0  0000:1a:00.0  ibp26s0  port 1 ACTIVE 400 Gb/s InfiniBand",
+        "│   └── NIC mlx5_4  0000:1d:00.0  enp29s0f0np0  port 1 ACTIVE 200 Gb/s Ethernet",
         "└── host bridge pci0000:37",
         "    └── PCIe switch 0000:38:00.0",
         "        ├── GPU 2  0000:3a:00.0  NVIDIA H100 80GB HBM3  Gen5 x16  NVLink 18/18  → mlx5_1",
@@ -119,3 +119,15 @@ def test_nvlink_islands_are_shown(capsys, tmp_path):
     # no NVLink: no islands line
     code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-1socket-4ccx"))
     assert code == 0 and "NVLink islands" not in out
+
+
+def test_each_nic_shows_its_ports_state_rate_and_link_layer(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "rdma-degraded"))
+    assert code == 0
+    assert "NIC mlx5_1  0000:3c:00.0  ibp60s0  port 1 DOWN 10 Gb/s InfiniBand" in out
+    assert "NIC mlx5_6  0000:ac:00.0  ibp172s0  port 1 ACTIVE 200 Gb/s InfiniBand" in out
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "rdma-degraded"), "--format", "json")
+    ports = {n["rdma_devices"][0]: n["ports"] for n in json.loads(out)["nics"]}
+    assert ports["mlx5_1"] == [
+        {"rdma_device": "mlx5_1", "port": 1, "state": "DOWN", "rate_gbps": 10, "link_layer": "InfiniBand"}
+    ]

@@ -34,7 +34,7 @@ def test_builtin_rules_load_and_have_unique_ids():
     ids = [r.id for r in ruleset.rules]
     assert len(ids) == len(set(ids)) >= 18
     areas = {r.area for r in ruleset.rules}
-    assert areas == {"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env"}
+    assert areas == {"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env", "rdma"}
     for area in areas:
         assert sum(1 for r in ruleset.rules if r.area == area) >= 2, area
 

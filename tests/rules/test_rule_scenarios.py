@@ -51,6 +51,15 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # the three switch downstream ports above the two GPUs and the NIC; the root port is not judged.
     "acs-redirect": {("pcie-acs-redirect", f"0000:17:0{port}.0") for port in (1, 2, 3)},
     "numa-dgx-8gpu": set(),
+    # numa-dgx-8gpu with one NDR HCA per GPU (mlx5_0..7): healthy.
+    "rdma-8nic": set(),
+    # rdma-8nic with mlx5_1 (0000:3c:00.0) down, mlx5_6 (0000:ac:00.0) at 200 of 400 Gb/s and link errors
+    # counted on mlx5_3 (0000:bc:00.0), the last as information.
+    "rdma-degraded": {
+        ("rdma-port-not-active", "0000:3c:00.0"),
+        ("rdma-port-rate-below-peers", "0000:ac:00.0"),
+        ("rdma-port-error-counters", "0000:bc:00.0"),
+    },
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
     # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
@@ -68,7 +77,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.
 FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
-    "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node",
+    "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "rdma-8nic", "rdma-degraded",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

@@ -1,6 +1,6 @@
 """NUMA binding plan: for each GPU a job sees, the CPUs and memory node to bind to, and the numactl line.
 
-Computed from the facts alone (see numa_topology for where each GPU's node comes from), so a
+Computed from the facts alone (see model.topology for where each GPU's node comes from), so a
 snapshot or fixture root yields the plan for that machine.
 
 Strategies (the CPUs one GPU's process gets; all of them only ever within the allowed CPUs):
@@ -37,18 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..inputs import shown_excerpt
-from .numa_topology import (
+from ..model.nics import NicChoice, nics_from_facts, pair_nics
+from ..model.topology import (
     MAX_BYTES,
     AllowedSet,
     GpuInfo,
-    NicChoice,
     Topology,
     allowed_cpus,
     allowed_mems,
     cpulist,
     gpus_from_facts,
-    nics_from_facts,
-    pair_nics,
 )
 
 STRATEGIES = ("node", "socket", "exclusive", "core-complex")

@@ -73,9 +73,9 @@ _LET_MAX = 32
 _RULE_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _RULE_ID_MAX = 64
 _TITLE_MIN, _TITLE_MAX = 3, 120
-_AREAS = frozenset({"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env", "gate"})
+_AREAS = frozenset({"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env", "gate", "rdma"})
 _SEVERITIES = frozenset({"error", "warning", "info"})
-_SUBJECTS = frozenset({"host", "gpu", "numa_node", "nic", "pci_port"})
+_SUBJECTS = frozenset({"host", "gpu", "numa_node", "nic", "pci_port", "rdma_port"})
 _TAG = re.compile(r"[a-z0-9-]+")
 # What table.schema.json allows a table to hold (the loader adds "path"), checked by _plain_table.
 _TABLE_REQUIRED = frozenset({"name", "description", "source", "retrieved", "rows"})

@@ -35,7 +35,7 @@ from .views import PLAIN_TYPES, FactUnavailable, FactView, UnavailableSection
 
 # The names a rule's subject is bound to: a sub-expression naming none of them is the same for
 # every subject of a run (see RunCache).
-SUBJECT_NAMES = frozenset({"gpu", "node", "nic", "port"})
+SUBJECT_NAMES = frozenset({"gpu", "node", "nic", "port", "bridge"})
 
 # Nodes worth remembering; names, attributes and constants are cheaper to read again.
 MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript)

@@ -14,7 +14,9 @@ from ..schemas import load_schema
 
 # Sections `gpudoctor gate` adds to the facts before its rules (rules/gate/) judge them; never probed.
 GATE_SECTIONS = ("policy", "device_test", "allreduce")
-SECTIONS = ("host", "pci", "numa", "modules", "rocm", "toolkit", "torch", "nvml", "kernel_log", "bench", *GATE_SECTIONS)
+SECTIONS = (
+    "host", "pci", "numa", "rdma", "modules", "rocm", "toolkit", "torch", "nvml", "kernel_log", "bench", *GATE_SECTIONS
+)
 
 
 def _facts() -> dict[str, Any]:
@@ -111,6 +113,29 @@ def subject_schema(kind: str) -> dict[str, Any]:
         return _def("pci_device")
     if kind == "pci_port":
         return _def("acs_port")
+    if kind == "rdma_port":
+        props = dict(_def("rdma_port")["properties"])
+        props.update(
+            {
+                "device": {"type": "string", "description": "the RDMA device (mlx5_0)"},
+                "bus_id": {"$ref": "#/$defs/str", "description": "the device's PCI function"},
+                "numa_node": {
+                    "$ref": "#/$defs/int",
+                    "description": "that function's sysfs numa_node (-1: none given)",
+                },
+                "label": {"type": "string", "description": "mlx5_0 port 1"},
+                "gpus": {
+                    "type": "array",
+                    "description": "labels of the GPUs whose nearest RDMA NIC this is (the pairing `topo` shows)",
+                },
+                "peer_max_rate_gbps": {
+                    "anyOf": [{"$ref": "#/$defs/unavailable"}, {"type": "number"}],
+                    "description": "the highest rate of an active port of the same link layer on a NIC of the same "
+                    "PCI device id on this host (sysfs gives no port maximum)",
+                },
+            }
+        )
+        return {"type": "object", "properties": props}
     raise KeyError(kind)
 
 

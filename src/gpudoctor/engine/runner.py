@@ -79,8 +79,8 @@ def source_of(path: str) -> str:
         if field == "device_test":
             return "deep"
         return "nvml" if field in _GPU_NVML_FIELDS else "topology"
-    if head in ("node", "nic", "port"):
-        return "numa" if head == "node" else "pci"
+    if head in ("node", "nic", "bridge", "port"):
+        return {"node": "numa", "nic": "pci", "bridge": "pci", "port": "rdma"}[head]
     # the gate's device test (device_test, gpu.device_test): its causes name "the device test"
     return "deep" if head == "device_test" else head
 

@@ -1,11 +1,16 @@
-"""Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC, each PCIe port
-on a GPU<->GPU or GPU<->NIC path.
+"""Rule subjects built from the facts: the host, each GPU, each NUMA node, each NIC, each RDMA port,
+and each PCIe switch port on a GPU<->GPU or GPU<->NIC path.
+
 
 A GPU subject is one GPU of the machine's GPU view (model/gpus.py, which joins what sysfs (PCI)
 and NVML say about one card by PCI bus id): its NVML record as the rules read it, with the joined
 identity beside it. NVML fields of a GPU NVML does not list are unavailable, with the reason. A
 GPU's own results of `gpudoctor bench` (gpu.bench) and of the gate's device test
 (gpu.device_test) are attached to it by the view's device matcher.
+
+An RDMA port subject is one port of the rdma section with its device's name, bus id and NUMA node,
+the labels of the GPUs that use its NIC (model/nics.py's GPU↔NIC pairing, the one `topo` and
+the NUMA plan show) and the best rate of its kind on the host to compare with.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Any, Mapping, Sequence
 
 from ..facts import Unavailable
 from ..findings import HOST, Subject, bounded_subject
+from ..model.bus_ids import normalise_bus_id
 from ..model.gpus import Gpu, gpus_of, match_gpu
+from ..model.nics import nics_from_facts, pair_nics
+from ..model.topology import Topology, gpus_from_facts
 from . import factpaths
 
 
@@ -167,6 +175,66 @@ def port_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(p) for p in _list(_section(facts, "pci").get("acs_ports")) if isinstance(p, Mapping)]
 
 
+def _gpus_by_nic(facts: Mapping[str, Any]) -> dict[str, list[str]]:
+    """NIC bus id -> labels of the GPUs whose nearest RDMA NIC it is (model.nics.pair_nics)."""
+    topo = Topology(facts)
+    gpus = gpus_from_facts(facts, topo)[0]
+    label = {g.bus_id: g.label for g in gpus}
+    out: dict[str, list[str]] = {}
+    for bus, choice in pair_nics(gpus, nics_from_facts(facts, topo)).items():
+        out.setdefault(choice.nic.bus_id, []).append(label[bus])
+    return out
+
+
+def _bus(value: Any) -> str | None:
+    return normalise_bus_id(value) if isinstance(value, str) else None
+
+
+def rdma_port_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    devices = _list(_section(facts, "rdma").get("devices"))
+    device_ids = {
+        _bus(d.get("bus_id")): d.get("device_id")
+        for d in _list(_section(facts, "pci").get("devices"))
+        if isinstance(d, Mapping) and isinstance(d.get("device_id"), str)
+    }
+    gpus_by_nic = _gpus_by_nic(facts) if devices else {}
+    out: list[dict[str, Any]] = []
+    for device in devices:
+        if not isinstance(device, Mapping):
+            continue
+        bus = _bus(device.get("bus_id"))
+        for port in _list(device.get("ports")):
+            if not isinstance(port, Mapping):
+                continue
+            subject = dict(port)
+            subject.update(
+                {
+                    "device": device.get("name"),
+                    "bus_id": device.get("bus_id"),
+                    "numa_node": device.get("numa_node"),
+                    # short: the text report's subject column is 24 wide; the bus id is the subject's own field
+                    "label": f"{device.get('name')} port {port.get('port')}",
+                    "gpus": list(gpus_by_nic.get(bus, [])) if bus else [],
+                    "_kind": (device_ids.get(bus), port.get("link_layer")) if bus in device_ids else None,
+                }
+            )
+            out.append(subject)
+    best: dict[Any, Any] = {}
+    for s in out:
+        rate = s.get("rate_gbps")
+        if s["_kind"] is not None and s.get("state") == "ACTIVE" and isinstance(rate, (int, float)):
+            best[s["_kind"]] = max(best.get(s["_kind"], rate), rate)
+    for s in out:
+        kind = s.pop("_kind")
+        if kind is None:
+            s["peer_max_rate_gbps"] = Unavailable("not_found", "the NIC's PCI device id is not known")
+        elif kind in best:
+            s["peer_max_rate_gbps"] = best[kind]
+        else:
+            s["peer_max_rate_gbps"] = Unavailable("not_found", "no active port of this NIC model and link layer")
+    return out
+
+
 def subjects_for(
     kind: str, facts: Mapping[str, Any], gpus: list[dict[str, Any]]
 ) -> list[tuple[Subject, dict[str, Any] | None]]:
@@ -193,7 +261,19 @@ def subjects_for(
             (bounded_subject(Subject("pci_port", str(p.get("bus_id")), bus_id=p.get("bus_id"))), p)
             for p in port_subjects(facts)
         ]
+    if kind == "rdma_port":
+        return [
+            (bounded_subject(Subject("rdma_port", str(p["label"]), bus_id=_bus(p.get("bus_id")))), p)
+            for p in rdma_port_subjects(facts)
+        ]
     raise KeyError(kind)
 
 
-SUBJECT_VARIABLE = {"host": None, "gpu": "gpu", "numa_node": "node", "nic": "nic", "pci_port": "port"}
+SUBJECT_VARIABLE = {
+    "host": None,
+    "gpu": "gpu",
+    "numa_node": "node",
+    "nic": "nic",
+    "rdma_port": "port",
+    "pci_port": "bridge",
+}

@@ -25,13 +25,14 @@ Collector = Callable[[ProbeContext], Any]
 
 def _collectors() -> dict[str, Collector]:
     # Imported here so that `gpudoctor rules list` never pays for probe imports.
-    from . import host, kmsg, modules, numa, pci, rocm, toolkit, torch
+    from . import host, kmsg, modules, numa, pci, rdma, rocm, toolkit, torch
 
     # sysfs first: it cannot hang; torch last of these since it may start an interpreter.
     return {
         "host": host.collect,
         "pci": pci.collect,
         "numa": numa.collect,
+        "rdma": rdma.collect,
         "modules": modules.collect,
         "rocm": rocm.collect,
         "toolkit": toolkit.collect,
@@ -40,12 +41,12 @@ def _collectors() -> dict[str, Collector]:
     }
 
 
-ORDER = ("host", "pci", "numa", "modules", "rocm", "toolkit", "kernel_log", "nvml", "torch")
+ORDER = ("host", "pci", "numa", "rdma", "modules", "rocm", "toolkit", "kernel_log", "nvml", "torch")
 
 # Probes that only read sysfs and procfs files: they wait on no other process, so they still run
 # (milliseconds) once the run's deadline has passed, rather than leave PCIe, NUMA and the
 # driver unknown because a hung interpreter or tool took the time.
-FILE_ONLY = frozenset({"pci", "numa", "modules", "rocm"})
+FILE_ONLY = frozenset({"pci", "numa", "rdma", "modules", "rocm"})
 
 
 class Collection:

@@ -242,7 +242,13 @@ def _rows(findings: list[Finding], verbose: bool) -> list[tuple[Finding, str]]:
             if len(passes) == 1:
                 label = first.subject.label
             else:
-                kinds = {"gpu": "GPUs", "numa_node": "nodes", "nic": "NICs", "pci_port": "ports"}
+                kinds = {
+                    "gpu": "GPUs",
+                    "numa_node": "nodes",
+                    "nic": "NICs",
+                    "pci_port": "ports",
+                    "rdma_port": "RDMA ports",
+                }
                 label = f"{len(passes)} {kinds.get(first.subject.kind, 'subjects')}"
                 if len(passes) < len(rule_findings):
                     label = f"other {label}"

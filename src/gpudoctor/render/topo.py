@@ -1,7 +1,7 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
 PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
 
-Formatting only: the layout comes from advice.numa_topology, read from the facts. In the text,
+Formatting only: the layout comes from model.topology and model.nics, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
 gpudoctor.escaping.printable.
 """
@@ -12,19 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from ..advice.numa_topology import (
-    RELATIONS,
-    GpuInfo,
-    NicChoice,
-    NicInfo,
-    Topology,
-    allowed_cpus,
-    cpulist,
-    gpus_from_facts,
-    nics_from_facts,
-    pair_nics,
-)
 from ..escaping import printable
+from ..model.nics import RELATIONS, NicChoice, NicInfo, nics_from_facts, pair_nics
+from ..model.topology import GpuInfo, Topology, allowed_cpus, cpulist, gpus_from_facts
 
 GIB = 1 << 30
 
@@ -117,6 +107,13 @@ def _nic_line(n: NicInfo) -> str:
     parts = [f"NIC {printable(n.name)}", printable(n.bus_id)]
     if n.net:
         parts.append(printable(",".join(n.net)))
+    for port in n.ports:
+        words = [f"port {port.port}" if len(n.rdma) == 1 else f"{printable(port.device)}:{port.port}"]
+        words.append(printable(port.state) if port.state else "state ?")
+        words.append(f"{port.rate_gbps:g} Gb/s" if port.rate_gbps is not None else "rate ?")
+        if port.link_layer:
+            words.append(printable(port.link_layer))
+        parts.append(" ".join(words))
     return "  ".join(parts)
 
 
@@ -303,6 +300,16 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
                 "bus_id": n.bus_id,
                 "numa_node": n.node,
                 "pci_path": n.path,
+                "ports": [
+                    {
+                        "rdma_device": p.device,
+                        "port": p.port,
+                        "state": p.state,
+                        "rate_gbps": p.rate_gbps,
+                        "link_layer": p.link_layer,
+                    }
+                    for p in n.ports
+                ],
             }
             for n in lay.nics
         ],

@@ -125,7 +125,7 @@ def command(
             raise UserError(f"{label} {path}: no such directory")
 
     from ...advice.numa_plan import plan_numa
-    from ...advice.numa_topology import cpulist
+    from ...model.topology import cpulist
 
     facts = probe_for_run(root, sysfs_root, procfs_root, nvml_timeout, os.environ)
     plan = plan_numa(facts, strategy=strategy, membind=membind)

@@ -105,3 +105,21 @@ def test_gpu_without_nvlink_skips() -> None:
         gpu["nvlink_active"] = 0
     assert status("nvlink-inactive-links", facts, GPU1) is Status.SKIP
     assert status("nccl-p2p-disabled", facts) is Status.SKIP
+
+
+def test_nvlink_spec_count_stands_aside_for_pcie_cards_and_single_gpus() -> None:
+    # An H100 PCIe (10de:2331) has no link count in the spec table: its bridge may use none.
+    facts = probed("healthy-2gpu")
+    for gpu in facts["nvml"]["gpus"]:
+        gpu.update({"nvlink_active": 0, "name": "NVIDIA H100 PCIe", "pci_device_id": "0x233110de"})
+    for dev in facts["pci"]["devices"]:
+        if dev.get("device_id") == "0x2330":
+            dev["device_id"] = "0x2331"
+    assert status("nvlink-links-below-spec", facts, GPU1) is Status.SKIP
+    # One SXM GPU left (a 1-GPU VM of an HGX board): no peer to reach over NVLink.
+    facts = probed("healthy-2gpu")
+    facts["nvml"]["gpus"] = facts["nvml"]["gpus"][:1]
+    facts["nvml"]["gpus"][0]["nvlink_active"] = 0
+    facts["nvml"]["device_count"] = 1
+    facts["pci"]["devices"] = [d for d in facts["pci"]["devices"] if d.get("bus_id") != GPU1]
+    assert status("nvlink-links-below-spec", facts, "0000:18:00.0") is Status.SKIP

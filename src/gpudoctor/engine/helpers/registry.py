@@ -217,7 +217,7 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         else memory size, as `gpudoctor tiers` matches it); None when no row matches or the row
         does not give the field, so a rule's `applies` can skip GPUs the table cannot judge.
 
-        Example: gpu_spec(gpu, "nvlink_links") → 18 (an H100 SXM5)
+        Example: gpu_spec(gpu, "nvlink_links") → 18
         """
         rows = tables.get("gpu_specs", {}).get("rows", {})
         pci = field_or_none(gpu, "pci")

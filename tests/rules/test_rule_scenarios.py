@@ -48,6 +48,8 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # 64 CPUs, 4 GPUs and no OMP_NUM_THREADS in the environment: the info-level omp-num-threads-unset.
     "numa-1socket-4ccx": {("omp-num-threads-unset", HOST)},
     "numa-dgx-8gpu": set(),
+    # Every NVML answer healthy, but the driver's recovery action for GPU 1 is a GPU reset.
+    "gpu-reset-required": {("gpu-recovery-reset", "0000:9a:00.0")},
     # The same HGX board with every NVLink down: each H100 SXM5 has 0 of its 18 links up. The GPUs agree
     # with each other, so only the comparison with the spec (nvlink-links-below-spec) sees it.
     "nvlink-down-8gpu": {
@@ -74,6 +76,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "nvlink-down-8gpu",
+    "gpu-reset-required",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

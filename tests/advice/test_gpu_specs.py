@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.advice.gpu_specs import RATE_FIELDS, load_specs, machine_gpus, match_row
+from gpudoctor.advice.gpu_specs import RATE_FIELDS, load_specs, machine_gpus
 from gpudoctor.engine.loader import read_yaml
 from gpudoctor.facts import load_snapshot
+from gpudoctor.model.spec_match import match_row
 from gpudoctor.schemas import validate
 
 PATH = Path(__file__).resolve().parents[2] / "rules" / "data" / "gpu_specs.yaml"
@@ -54,6 +55,7 @@ KNOWN = (
         "checked_against",
         "unverified",
         "pci_note",
+        "nvlink_links",
     }
 )
 

@@ -9,6 +9,7 @@ import pytest
 
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
+from gpudoctor.facts import Unavailable
 from gpudoctor.findings import Status
 from tests.conftest import probed
 
@@ -105,3 +106,32 @@ def test_gpu_without_nvlink_skips() -> None:
         gpu["nvlink_active"] = 0
     assert status("nvlink-inactive-links", facts, GPU1) is Status.SKIP
     assert status("nccl-p2p-disabled", facts) is Status.SKIP
+
+
+def test_nvlink_spec_count_stands_aside_for_pcie_cards_and_single_gpus() -> None:
+    # An H100 PCIe (10de:2331) has no link count in the spec table: its bridge may use none.
+    facts = probed("healthy-2gpu")
+    for gpu in facts["nvml"]["gpus"]:
+        gpu.update({"nvlink_active": 0, "name": "NVIDIA H100 PCIe", "pci_device_id": "0x233110de"})
+    for dev in facts["pci"]["devices"]:
+        if dev.get("device_id") == "0x2330":
+            dev["device_id"] = "0x2331"
+    assert status("nvlink-links-below-spec", facts, GPU1) is Status.SKIP
+    # One SXM GPU left (a 1-GPU VM of an HGX board): no peer to reach over NVLink.
+    facts = probed("healthy-2gpu")
+    facts["nvml"]["gpus"] = facts["nvml"]["gpus"][:1]
+    facts["nvml"]["gpus"][0]["nvlink_active"] = 0
+    facts["nvml"]["device_count"] = 1
+    facts["pci"]["devices"] = [d for d in facts["pci"]["devices"] if d.get("bus_id") != GPU1]
+    assert status("nvlink-links-below-spec", facts, "0000:18:00.0") is Status.SKIP
+
+
+def test_nvlink_rules_stand_aside_where_nvml_reports_no_link() -> None:
+    # What the real 2 x H200 SXM VM answered on 2026-12-01 (driver 580.159.04): every
+    # nvmlDeviceGetNvLinkState(0..17) NOT_SUPPORTED, so the probe counts no link and asks no counter.
+    facts = probed("h200-x2-real")
+    for gpu in facts["nvml"]["gpus"]:
+        gpu.update({"nvlink_links": 0, "nvlink_active": 0, "nvlink_peers": []})
+        gpu["nvlink_errors"] = Unavailable("not_supported", "the GPU has no NVLink links")
+    for rule_id in ("nvlink-links-below-spec", "nvlink-error-counters", "nvlink-inactive-links"):
+        assert status(rule_id, facts, "0000:00:06.0") is Status.SKIP, rule_id

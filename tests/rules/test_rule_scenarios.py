@@ -60,6 +60,16 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
         ("rdma-port-rate-below-peers", "0000:ac:00.0"),
         ("rdma-port-error-counters", "0000:bc:00.0"),
     },
+    # Every NVML answer healthy, but the driver's recovery action for GPU 1 is a GPU reset.
+    "gpu-reset-required": {("gpu-recovery-reset", "0000:9a:00.0")},
+    # The same HGX board with every NVLink down: each H100 SXM5 has 0 of its 18 links up. The GPUs agree
+    # with each other, so only the comparison with the spec (nvlink-links-below-spec) sees it.
+    "nvlink-down-8gpu": {
+        ("nvlink-links-below-spec", bus) for bus in (
+            "0000:18:00.0", "0000:19:00.0", "0000:3a:00.0", "0000:3b:00.0",
+            "0000:9a:00.0", "0000:9b:00.0", "0000:ba:00.0", "0000:bb:00.0",
+        )
+    },
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
     # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
@@ -78,6 +88,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "rdma-8nic", "rdma-degraded",
+    "nvlink-down-8gpu", "gpu-reset-required",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

@@ -12,14 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..model.gpus import Gpu, gpus_of
+from ..model.gpus import gpus_of
+from ..model.spec_match import match_row, pci_id_of
 
 # Dense rate fields, in the order a table shows them.
 RATE_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops")
 SPARSE_SUFFIX = "_sparse"
-
-GIB = 1 << 30
-
 
 class SpecTableError(Exception):
     """The spec table cannot be read or does not have the expected shape."""
@@ -102,56 +100,6 @@ class MachineGpu:
     uuid: str | None = None
 
 
-def _hex4(text: Any) -> str | None:
-    if not isinstance(text, str):
-        return None
-    t = text.strip().lower()
-    if t.startswith("0x"):
-        t = t[2:]
-    return t.zfill(4)[-4:] if t and all(c in "0123456789abcdef" for c in t) else None
-
-
-def pci_id_of(gpu: Gpu) -> str | None:
-    """ "10de:2335" from sysfs vendor/device ids, else from NVML's 0xDDDDVVVV."""
-    if gpu.pci is not None:
-        vendor, device = _hex4(gpu.pci.get("vendor_id")), _hex4(gpu.pci.get("device_id"))
-        if vendor and device:
-            return f"{vendor}:{device}"
-    combined = gpu.reading("pci_device_id")
-    if isinstance(combined, str):
-        text = combined.strip().lower()
-        text = text[2:] if text.startswith("0x") else text
-        if len(text) == 8 and all(c in "0123456789abcdef" for c in text):
-            return f"{text[4:]}:{text[:4]}"
-    return None
-
-
-def match_row(
-    rows: Mapping[str, Mapping[str, Any]], pci_id: str | None, name: str | None, memory_bytes: int | None
-) -> tuple[str | None, str, list[str]]:
-    """(row id or None, how it matched, the candidates considered)."""
-    by_id = [k for k, r in rows.items() if pci_id and pci_id in (r.get("pci_ids") or [])]
-    lname = name.strip().lower() if isinstance(name, str) else None
-    by_name = [k for k, r in rows.items() if lname and lname in [n.lower() for n in r.get("nvml_names") or []]]
-    if len(by_id) == 1:
-        return by_id[0], "pci id", by_id
-    candidates = by_id or by_name
-    if len(by_id) > 1:
-        both = [k for k in by_id if k in by_name]
-        if len(both) == 1:
-            return both[0], "pci id and name", by_id
-    elif len(by_name) == 1:
-        return by_name[0], "name", by_name
-    if len(candidates) > 1 and isinstance(memory_bytes, int) and memory_bytes > 0:
-        # Variants sharing an id or a name differ in memory; pick the closest, if it is clearly closest.
-        gib = memory_bytes / GIB
-        ranked = sorted(candidates, key=lambda k: abs(float(rows[k].get("memory_gb") or 0) - gib))
-        best, second = ranked[0], ranked[1]
-        if abs(float(rows[best].get("memory_gb") or 0) - gib) < abs(float(rows[second].get("memory_gb") or 0) - gib):
-            return best, "pci id and memory size" if by_id else "name and memory size", candidates
-    return None, "", candidates
-
-
 def machine_gpus(facts: Mapping[str, Any], table: Mapping[str, Any] | None = None) -> list[MachineGpu]:
     """This machine's GPUs (NVML and sysfs joined by bus id), each matched to a spec row where possible."""
     rows = (table or load_specs())["rows"]
@@ -162,7 +110,7 @@ def machine_gpus(facts: Mapping[str, Any], table: Mapping[str, Any] | None = Non
             index=view.index if isinstance(view.index, int) else None,
             bus_id=view.bus_id if isinstance(view.bus_id, str) else None,
             name=view.name if isinstance(view.name, str) else None,
-            pci_id=pci_id_of(view),
+            pci_id=pci_id_of(view.pci, view.reading("pci_device_id")),
             memory_bytes=view.memory_total_bytes if isinstance(view.memory_total_bytes, int) else None,
             uuid=view.uuid if isinstance(view.uuid, str) else None,
         )

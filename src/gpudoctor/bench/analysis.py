@@ -13,10 +13,11 @@ import statistics
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ..advice.gpu_specs import MachineGpu, load_specs, machine_gpus, match_row, pcie_link_gbs
+from ..advice.gpu_specs import MachineGpu, load_specs, machine_gpus, pcie_link_gbs
 from ..facts import Unavailable
 from ..model.bus_ids import normalise_bus_id
 from ..model.gpus import match_gpu
+from ..model.spec_match import match_row
 from .runner import BenchRun
 
 # test name → (unit, the datasheet field its spec comes from)

@@ -1,7 +1,7 @@
 """The functions rule expressions may call, one module per concern.
 
 registry   the function table (FUNCTIONS, bind): nothing else is callable; the helpers bound per
-           run to the data tables (lookup, flag_names, lookup_path, gpu_arch, xids_of)
+           run to the data tables (lookup, flag_names, lookup_path, gpu_arch, xids_of, gpu_spec)
 values     plain values, strings and lists of facts (has_bits, count_where, ...), bounded built-ins
 versions   versions, GPU architectures, wheel tags (version, arch_supported, wheel_family, ...)
 devices    visible-devices values, GPUs per NUMA node, OS support (visible_devices_problem, ...)

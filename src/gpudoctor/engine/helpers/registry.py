@@ -1,5 +1,5 @@
 """The functions rule expressions may call (nothing else is callable), and the helpers bound per
-run to the run's data tables (:func:`bind`: lookup, flag_names, lookup_path, gpu_arch, xids_of).
+run to the run's data tables (:func:`bind`: lookup, flag_names, lookup_path, gpu_arch, xids_of, gpu_spec).
 
 Each is small, pure and total over the values facts can hold; bad input raises
 ValueError/TypeError, which the runner reports as a rule error.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping
 
 from ...facts import Unavailable
+from ...model.spec_match import match_row, pci_id_of
 from ..views import FactUnavailable
 from . import devices, values, versions
 from .common import as_int, cut, field_or_none, shown, small_int
@@ -54,7 +55,7 @@ STATIC: dict[str, Callable[..., Any]] = {
 }
 
 # Bound per run (see bind) or evaluated specially (available: is the fact known?).
-BOUND = ("lookup", "flag_names", "available", "supported", "gpu_arch", "xids_of", "lookup_path")
+BOUND = ("lookup", "flag_names", "available", "supported", "gpu_arch", "xids_of", "lookup_path", "gpu_spec")
 
 FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 
@@ -211,10 +212,32 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
             out.append(f"{text}: {message}" if message else text)
         return out
 
+    def gpu_spec(gpu: Any, field: str) -> Any:
+        """One field of the GPU's row in the gpu_specs table (matched by PCI id, else NVML name,
+        else memory size, as `gpudoctor tiers` matches it); None when no row matches or the row
+        does not give the field, so a rule's `applies` can skip GPUs the table cannot judge.
+
+        Example: gpu_spec(gpu, "nvlink_links") → 18
+        """
+        rows = tables.get("gpu_specs", {}).get("rows", {})
+        pci = field_or_none(gpu, "pci")
+        ids = {k: field_or_none(pci, k) for k in ("vendor_id", "device_id")} if pci is not None else None
+        memory = field_or_none(gpu, "memory_total_bytes")
+        name = field_or_none(gpu, "name")
+        spec_id, _how, _candidates = match_row(
+            rows,
+            pci_id_of(ids, field_or_none(gpu, "pci_device_id")),
+            name if isinstance(name, str) else None,
+            memory if isinstance(memory, int) else None,
+        )
+        row = rows.get(spec_id) if spec_id is not None else None
+        return row.get(str(field)) if isinstance(row, Mapping) else None
+
     out: dict[str, Callable[..., Any]] = dict(STATIC)
     out["lookup"] = lookup
     out["flag_names"] = flag_names
     out["gpu_arch"] = gpu_arch
     out["xids_of"] = xids_of
     out["lookup_path"] = lookup_path
+    out["gpu_spec"] = gpu_spec
     return out

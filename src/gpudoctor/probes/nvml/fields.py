@@ -16,6 +16,7 @@ from .errors import (
     NVML_ERROR_NOT_SUPPORTED,
     exception_text,
     failure_text,
+    unavailable_for,
 )
 from .query import PeerHandle, Query, Sink, as_text, converted
 
@@ -33,6 +34,23 @@ NVML_AFFINITY_SCOPE_NODE = 0
 NVML_FEATURE_ENABLED = 1
 NVML_P2P_CAPS_INDEX_NVLINK = 2
 NVML_P2P_STATUS_OK = 0
+NVML_SUCCESS = 0
+
+# nvml.h field id (nvmlDeviceGetFieldValues): the action the driver says this GPU needs (r570+).
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+# nvml.h nvmlDeviceGpuRecoveryAction_t, in the words of the facts.
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+# nvml.h nvmlNvLinkErrorCounter_t (nvmlDeviceGetNvLinkErrorCounter), in the words of the facts.
+NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
 
 # nvmlDeviceGetNvLinkState is asked for links 0..NVLINK_LINKS_PROBED-1 (18 = Hopper/Blackwell).
 NVLINK_LINKS_PROBED = 18
@@ -63,7 +81,8 @@ GPU_FIELDS = (
     "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "ecc_corrected_volatile",
     "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed",
-    "mig_enabled", "mig_pending_enabled", "nvlink_links", "nvlink_active", "nvlink_peers", "compute_mode",
+    "mig_enabled", "mig_pending_enabled", "recovery_action",
+    "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "compute_mode",
     "cpu_affinity", "memory_affinity", "numa_node_id", "utilization_gpu_pct", "processes",
 )
 SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version", "device_count")
@@ -159,6 +178,38 @@ def _nvlink_peers(r: GpuReader, count: int) -> Any:
     return peers
 
 
+def _recovery_action(r: GpuReader) -> Any:
+    """The driver's recovery action for the GPU: one field value; a field the driver does not have
+    answers in the entry's own return code, not as an error of the call."""
+    answer = r.call("nvmlDeviceGetFieldValues", [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+    if isinstance(answer, Unavailable):
+        return answer
+    try:
+        entry = answer[0]
+        code = int(entry.nvmlReturn)
+        if code != NVML_SUCCESS:
+            failure, _lost = unavailable_for(f"field {NVML_FI_DEV_GET_GPU_RECOVERY_ACTION} (GPU recovery action)",
+                                             code, "field value not read")
+            return failure
+        action = int(entry.value.uiVal)
+    except (AttributeError, IndexError, TypeError, ValueError) as exc:
+        return Unavailable("error", f"nvmlDeviceGetFieldValues: unexpected answer ({type(exc).__name__}: {exc})")
+    return RECOVERY_ACTIONS.get(action, f"unknown_{action}")
+
+
+def _nvlink_errors(r: GpuReader, active_links: list[int]) -> Any:
+    """Each error counter summed over the active links (counts since the driver loaded)."""
+    totals = dict.fromkeys(NVLINK_ERROR_COUNTERS, 0)
+    for link in active_links:
+        for name, counter in NVLINK_ERROR_COUNTERS.items():
+            value = converted(r.call("nvmlDeviceGetNvLinkErrorCounter", link, counter), int,
+                              "nvmlDeviceGetNvLinkErrorCounter")
+            if isinstance(value, Unavailable):
+                return value
+            totals[name] += value
+    return totals
+
+
 def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -> None:
     r.field("name", "nvmlDeviceGetName", convert=as_text)
     r.field("uuid", "nvmlDeviceGetUUID", convert=as_text)
@@ -232,8 +283,11 @@ def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -
         mig_enabled=lambda v: int(v[0]) == NVML_FEATURE_ENABLED,
         mig_pending_enabled=lambda v: int(v[1]) == NVML_FEATURE_ENABLED,
     )
+    r.put("recovery_action", _recovery_action(r))
+    r.check_lost()
 
-    links = active = 0
+    links = 0
+    active: list[int] = []
     failure: Unavailable | None = None
     for link in range(NVLINK_LINKS_PROBED):
         state = r.call("nvmlDeviceGetNvLinkState", link)
@@ -246,15 +300,23 @@ def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -
             failure = state
             break
         links += 1
-        active += 1 if int(state) == NVML_FEATURE_ENABLED else 0
+        if int(state) == NVML_FEATURE_ENABLED:
+            active.append(link)
     r.put("nvlink_links", failure if failure is not None else links)
-    r.put("nvlink_active", failure if failure is not None else active)
+    r.put("nvlink_active", failure if failure is not None else len(active))
     r.check_lost()
     # A GPU with no link up has no NVLink peers: asked (one call per other GPU) only with one up.
     if failure is not None:
         r.put("nvlink_peers", failure)
     else:
         r.put("nvlink_peers", _nvlink_peers(r, count) if active else [])
+    r.check_lost()
+    if failure is not None:
+        r.put("nvlink_errors", failure)
+    elif not links:
+        r.put("nvlink_errors", Unavailable("not_supported", "the GPU has no NVLink links"))
+    else:
+        r.put("nvlink_errors", _nvlink_errors(r, active))
     r.check_lost()
 
     r.field("compute_mode", "nvmlDeviceGetComputeMode",

@@ -43,7 +43,9 @@ device handle, they follow in parentheses, comma-separated, as decimal
 integers (``nvmlDeviceGetTemperatureThreshold(1)``,
 ``nvmlDeviceGetNvLinkState(17)``); a second device handle is written as
 that device's index (``nvmlDeviceGetP2PStatus(1,2)``: peer GPU 1,
-capability 2). Buffer-size arguments (the ``cpuSetSize``
+capability 2), and a list of field ids its ids joined by ``+``
+(``nvmlDeviceGetFieldValues(230)``; its answer is the list of field value
+entries, ``[{"fieldId": 230, "nvmlReturn": 0, "value": {"uiVal": 0}}]``). Buffer-size arguments (the ``cpuSetSize``
 / ``nodeSetSize`` of the affinity calls, see :data:`SIZE_ARGUMENTS`) describe
 the caller's buffer, not the question, so they are left out of the key; the
 fake pads a recorded mask with zero words up to the size asked for and never
@@ -97,8 +99,15 @@ def call_key(name: str, args: Sequence[Any] = ()) -> str:
     A second device handle among the arguments (``nvmlDeviceGetP2PStatus``'s peer) is written as
     that device's NVML index: every handle type the probe passes around carries ``index``."""
     skip = SIZE_ARGUMENTS.get(name)
-    shown = [str(int(getattr(a, "index", a))) for i, a in enumerate(args) if i != skip]
+    shown = [_arg_text(a) for i, a in enumerate(args) if i != skip]
     return f"{name}({','.join(shown)})" if shown else name
+
+
+def _arg_text(arg: Any) -> str:
+    """A list argument (nvmlDeviceGetFieldValues' field ids) is written as its ids joined by '+'."""
+    if isinstance(arg, (list, tuple)):
+        return "+".join(str(int(a)) for a in arg)
+    return str(int(getattr(arg, "index", arg)))
 
 
 class ReplayUnavailable(Exception):

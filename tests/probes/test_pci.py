@@ -343,3 +343,33 @@ def test_resolve_path_loops(tmp_path: Path) -> None:
 def test_resolve_path_live_root() -> None:
     assert resolve_path(ProbeContext(), "/proc/self/..") == "/proc"
     assert os.path.exists(ProbeContext().path(str(resolve_path(ProbeContext(), "/proc/self/status"))))
+
+
+# --- NVSwitches -----------------------------------------------------------------------------------
+
+def test_nvswitches_are_counted_not_listed(tmp_path: Path) -> None:
+    """NVIDIA functions of class 0x0680xx are counted; a bridge-other of another vendor is not."""
+    spec = {**port(), **function(GPU)}
+    for n in range(4):
+        spec.update(function(f"sys/devices/pci0000:00/0000:00:0{2 + n}.0", cls="0x068000", device="0x22a3",
+                             driver="nvidia-nvswitch"))
+    spec.update(function("sys/devices/pci0000:00/0000:00:07.0", cls="0x068000", vendor="0x8086", driver="none"))
+    write_tree(tmp_path, spec)
+    facts = pci.collect(ProbeContext(root=tmp_path, env={}))
+    validate_section("pci", facts)
+    assert [d["bus_id"] for d in facts["devices"]] == ["0000:01:00.0"]
+    assert facts["nvswitch_count"] == 4
+
+
+def test_nvswitch_count_unknown_when_functions_were_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pci, "MAX_FUNCTIONS", 1)
+    spec = {**port(), **function(GPU)}
+    write_tree(tmp_path, spec)
+    facts = pci.collect(ProbeContext(root=tmp_path, env={}))
+    assert reason(facts["nvswitch_count"]) == "not_supported"
+    assert facts["nvswitch_count"] == facts["devices"][-1]["class_code"]
+
+
+def test_nvswitch_count_unknown_without_the_pci_listing(tmp_path: Path) -> None:
+    facts = pci.collect(ProbeContext(root=tmp_path, env={}))
+    assert reason(facts["nvswitch_count"]) == "not_found"

@@ -14,7 +14,9 @@ Reads (all through the context root, symlinks resolved inside it):
 
 Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1200xx) as kind
 "gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
-be read as kind "other" (it might be a GPU). Everything else is skipped.
+be read as kind "other" (it might be a GPU). Everything else is skipped, but NVIDIA functions of
+class 0x0680xx (bridge, other: the NVSwitches of HGX/DGX baseboards) are counted in
+``nvswitch_count``, which is unavailable when the functions were not all probed.
 
 Bounded, whatever the tree holds: at most MAX_FUNCTIONS functions are probed, and none once
 ``ctx.work_deadline()`` has passed. What was not probed is one last entry of kind "other" whose
@@ -58,23 +60,36 @@ MAX_FUNCTIONS = 4096
 # RDMA devices (sys/class/infiniband entries) looked at, for the same reason.
 MAX_RDMA_DEVICES = 4096
 
+# NVSwitch: vendor NVIDIA with base class 0x06 (bridge), subclass 0x80 (other). The driver's device
+# table (open-gpu-kernel-modules kernel-open/nvidia/nv-pci-table.c, nv_module_device_table) takes
+# NVIDIA devices of PCI_CLASS_BRIDGE_OTHER (0x0680, include/linux/pci_ids.h) besides the display
+# classes: the NVSwitches, served by the NVSwitch driver inside nvidia.ko.
+NVIDIA_VENDOR_ID = 0x10DE
+NVSWITCH_CLASS = 0x0680
+
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     names = list_dir(ctx, "/sys/bus/pci/devices")
     if isinstance(names, Unavailable):
-        return {"devices": names, "acs_ports": names}
+        return {"devices": names, "acs_ports": names, "nvswitch_count": names}
     stop = ctx.work_deadline()
     rdma_by_bdf = _rdma_class_links(ctx, stop)
     functions = [bdf for bdf in names if BDF_RE.match(bdf)]
     devices = []
+    switches: list[str] = []
+    nvswitch_count: int | Unavailable = 0
     for done, bdf in enumerate(functions):
         if done >= MAX_FUNCTIONS or time.monotonic() > stop:
             devices.append(_not_probed(ctx, functions, done))
+            # the entry's own reason (timeout, or past the cap): the functions left out may be switches
+            nvswitch_count = devices[-1]["class_code"]
             break
-        device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []))
+        device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []), switches)
         if device is not None:
             devices.append(device)
-    return {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop)}
+    if not isinstance(nvswitch_count, Unavailable):
+        nvswitch_count = len(switches)
+    return {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop), "nvswitch_count": nvswitch_count}
 
 
 def _not_probed(ctx: ProbeContext, functions: list[str], done: int) -> dict[str, Any]:
@@ -177,7 +192,16 @@ def _names(ctx: ProbeContext, absolute: str) -> list[str] | Unavailable:
     return names
 
 
-def _device(ctx: ProbeContext, bdf: str, rdma_from_class: list[str]) -> dict[str, Any] | None:
+def _is_nvswitch(ctx: ProbeContext, base: str, class_code: str | Unavailable) -> bool:
+    if not isinstance(class_code, str) or int(class_code, 16) >> 8 != NVSWITCH_CLASS:
+        return False
+    vendor_id = read_parsed(ctx, f"{base}/vendor", _hex_id(4))
+    return isinstance(vendor_id, str) and int(vendor_id, 16) == NVIDIA_VENDOR_ID
+
+
+def _device(ctx: ProbeContext, bdf: str, rdma_from_class: list[str], switches: list[str]) -> dict[str, Any] | None:
+    """The device entry of one function, or None for a function not listed (an NVSwitch among
+    them is appended to ``switches``)."""
     resolved = resolve_path(ctx, f"/sys/bus/pci/devices/{bdf}")
     base = resolved if isinstance(resolved, str) else f"/sys/bus/pci/devices/{bdf}"
     class_code = read_parsed(ctx, f"{base}/class", _hex_id(6))
@@ -194,6 +218,8 @@ def _device(ctx: ProbeContext, bdf: str, rdma_from_class: list[str]) -> dict[str
         # Could be a GPU we cannot see: list it, unclassified, rather than drop it silently.
         kind = "other"
     else:
+        if _is_nvswitch(ctx, base, class_code):
+            switches.append(bdf)
         return None
 
     vendor_id = read_parsed(ctx, f"{base}/vendor", _hex_id(4))

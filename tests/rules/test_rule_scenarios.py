@@ -70,6 +70,10 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
             "0000:9a:00.0", "0000:9b:00.0", "0000:ba:00.0", "0000:bb:00.0",
         )
     },
+    # numa-dgx-8gpu with its 4 NVSwitches and nv-fabricmanager running: healthy; without the process,
+    # only the fabric manager rule.
+    "nvswitch-8gpu": set(),
+    "fabric-manager-stopped": {("nvswitch-fabric-manager-not-running", HOST)},
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
     # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
@@ -88,7 +92,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
 FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "rdma-8nic", "rdma-degraded",
-    "nvlink-down-8gpu", "gpu-reset-required",
+    "nvlink-down-8gpu", "gpu-reset-required", "nvswitch-8gpu", "fabric-manager-stopped",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

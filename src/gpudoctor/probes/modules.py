@@ -15,7 +15,6 @@ Reads (all through the context root, no subprocess):
 - ``/proc/cmdline`` and ``/sys/kernel/iommu_groups/*/type`` (IOMMU mode)
 - ``/dev`` (``nvidia<N>``, ``nvidiactl``, ``nvidia-uvm``: the device files CUDA and NVML open;
   read-write access is checked with ``os.access`` on the live machine only)
-- ``/proc/<pid>/comm``: whether the fabric manager runs (probes/fabric.py)
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from typing import Any
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
-from . import fabric
 from .files import exists, list_dir, read_bytes, read_text, resolve_path, search_dirs
 
 # Directories the dynamic loader searches for libnvidia-ml.so.1 on common distributions,
@@ -418,5 +416,4 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     out["cmdline"] = cmdline
     out["iommu_mode"] = _iommu_mode(ctx, cmdline)
     out.update(_device_nodes(ctx))
-    out.update(fabric.fabric_manager(ctx))
     return out

@@ -16,7 +16,9 @@ Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1
 "gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
 be read as kind "other" (it might be a GPU). Everything else is skipped, but NVIDIA functions of
 class 0x0680xx (bridge, other: the NVSwitches of HGX/DGX baseboards) are counted in
-``nvswitch_count``, which is unavailable when the functions were not all probed.
+``nvswitch_count``, which is unavailable when the functions were not all probed. Where there are
+NVSwitches, whether the fabric manager runs (probes/fabric.py: proc/<pid>/comm), the service that
+programs them; elsewhere that is not looked for (not_supported).
 
 Bounded, whatever the tree holds: at most MAX_FUNCTIONS functions are probed, and none once
 ``ctx.work_deadline()`` has passed. What was not probed is one last entry of kind "other" whose
@@ -34,7 +36,7 @@ from typing import Any, Callable
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
-from . import acs
+from . import acs, fabric
 from .files import list_dir, read_cpulist, read_int, read_link, read_parsed, resolve_path, stat_path
 
 BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -71,7 +73,13 @@ NVSWITCH_CLASS = 0x0680
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     names = list_dir(ctx, "/sys/bus/pci/devices")
     if isinstance(names, Unavailable):
-        return {"devices": names, "acs_ports": names, "nvswitch_count": names}
+        return {
+            "devices": names,
+            "acs_ports": names,
+            "nvswitch_count": names,
+            "fabric_manager_running": names,
+            "fabric_manager_pid": names,
+        }
     stop = ctx.work_deadline()
     rdma_by_bdf = _rdma_class_links(ctx, stop)
     functions = [bdf for bdf in names if BDF_RE.match(bdf)]
@@ -89,7 +97,18 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
             devices.append(device)
     if not isinstance(nvswitch_count, Unavailable):
         nvswitch_count = len(switches)
-    return {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop), "nvswitch_count": nvswitch_count}
+    out = {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop), "nvswitch_count": nvswitch_count}
+    out.update(_fabric_manager(ctx, nvswitch_count))
+    return out
+
+
+def _fabric_manager(ctx: ProbeContext, nvswitch_count: int | Unavailable) -> dict[str, Any]:
+    """Whether the fabric manager runs, looked for only where it is needed: reading every
+    process's comm costs about 14 µs a process, too much for every run on a busy node."""
+    if nvswitch_count == 0:
+        none = Unavailable("not_supported", "no NVSwitch on the PCI bus: no fabric manager needed")
+        return {"fabric_manager_running": none, "fabric_manager_pid": none}
+    return fabric.fabric_manager(ctx)
 
 
 def _not_probed(ctx: ProbeContext, functions: list[str], done: int) -> dict[str, Any]:

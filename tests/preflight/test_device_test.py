@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import time
 
@@ -18,6 +17,7 @@ from gpudoctor.preflight.device_test import parse_events, start_deep
 from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.schemas import load_schema
+from tests.helpers.processes import gone_within
 from tests.preflight.helpers import (
     HEALTHY,
     cli,
@@ -77,16 +77,7 @@ def test_a_hung_gpu_is_named_and_the_child_is_killed_at_the_deadline(tmp_path):
     assert "step 'matmul'" in hung.detail and "may be hung" in hung.detail
     assert hung.cause == Cause("deep", "timeout")
     # the stand-in (exec'd into sleep) is gone: killed with its process group, not waited for
-    pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the hung device test process was not killed")
+    assert gone_within(int(pidfile.read_text()), 3), "the hung device test process was not killed"
 
 
 def test_a_failed_step_fails_that_gpu_and_skips_the_collectives(tmp_path):

@@ -60,3 +60,24 @@ def test_search_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     facts = search(tmp_path, {1: "systemd", 2: "kthreadd", 3: "bash", 9: "nv-fabricmanage"})
     assert reason(facts["fabric_manager_running"]) == "not_supported"
     assert "2 of 4 processes" in facts["fabric_manager_running"].detail
+
+
+@pytest.mark.parametrize("host, switches", [("healthy-2gpu", 0), ("nvswitch-8gpu", 4)])
+def test_the_pci_probe_looks_for_it_only_where_there_are_nvswitches(
+    host: str, switches: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # reading every process's comm costs ~14 us a process: not on every check of a busy node
+    from gpudoctor.context import make_context
+    from gpudoctor.probes import pci
+    from tests.conftest import HOSTS
+
+    looked: list[bool] = []
+    real = fabric.fabric_manager
+    monkeypatch.setattr(fabric, "fabric_manager", lambda ctx: looked.append(True) or real(ctx))
+    section = pci.collect(make_context(root=str(HOSTS / host)))
+    assert section["nvswitch_count"] == switches
+    assert looked == ([True] if switches else [])
+    if switches:
+        assert section["fabric_manager_running"] is True
+    else:
+        assert reason(section["fabric_manager_running"]) == "not_supported"

@@ -153,7 +153,8 @@ def test_no_gpu_gets_the_cpu_build_of_the_newest_release():
     rec = recommend(machine([], driver=None))
     assert rec.target == "cpu" and rec.working and rec.exit_code == 0
     assert (rec.release, rec.variant, rec.torch_version) == ("2.15", "cpu", "2.15.0")
-    assert rec.argvs()["uv_backend"] == ["uv", "pip", "install", "torch==2.15.0", "--torch-backend=cpu"]
+    pins = ["torch==2.15.0", "torchvision==0.29.2", "torchaudio==2.11.1"]  # both uploaded with 2.15.0
+    assert rec.argvs()["uv_backend"] == ["uv", "pip", "install", *pins, "--torch-backend=cpu"]
 
 
 def test_python_3_10_cannot_have_torch_2_15():

@@ -8,6 +8,7 @@ them exactly as it reads a probed machine.
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any
 
 import pytest
@@ -276,3 +277,51 @@ def test_unknown_python_is_said_and_an_override_settles_it():
     rec = recommend(facts, Overrides(python_version="3.10"))
     assert rec.inputs.python == "3.10" and rec.torch_version == "2.14.1"
     assert not any("--python-version" in w for w in rec.warnings)
+
+
+def test_a_variant_whose_arch_list_is_unknown_is_not_chosen_blindly():
+    releases, cuda_rows = small_table("8.0;9.0")
+    releases["9.0"]["variants"]["cu128"] = {"arch": None, "source": "whl/cu128 lists torch 9.0.1"}
+    rec = recommend(machine([("H100", "9.0")], driver="575.57.08"), tables=(releases, cuda_rows))
+    assert rec.variant == "cu124" and "arch list of this build is not known" in verdict(rec, "cu128").reason
+
+
+# ---------------------------------------------------------------------------- the age of the release data
+
+
+def test_the_release_data_says_how_old_it_is():
+    rec = recommend(H200, today=datetime.date(2026, 12, 3))
+    assert rec.data.retrieved == "2026-12-01" and rec.data.age_days == 2 and rec.data.newest == "2.15.0"
+    assert not any("days old" in w for w in rec.warnings)
+    old = recommend(H200, today=datetime.date(2027, 6, 1))
+    assert any(w.startswith("the torch release data is 182 days old (retrieved 2026-12-01)") for w in old.warnings)
+    # a table given by the caller has no retrieval date: said, not guessed
+    assert recommend(H200, tables=small_table("8.0;9.0")).data.retrieved is None
+
+
+def _cuda_torch(version: str, arch_list: list[str] | None) -> dict[str, Any]:
+    t: dict[str, Any] = {"installed": True, "version": version, "build": "cuda", "cuda_version": "13.0"}
+    if arch_list is not None:
+        t["arch_list"] = arch_list
+    return t
+
+
+def test_an_installed_torch_newer_than_the_table_is_said_so_not_judged_by_a_guess():
+    gpus = [("NVIDIA H200", "9.0")]
+    rec = recommend(machine(gpus, driver="580.159.04", torch=_cuda_torch("2.16.0+cu130", ["sm_80", "sm_90"])))
+    assert "newer than every release in the release table (newest 2.15.0, retrieved 2026-12-01)" in rec.installed
+    assert "has kernels for these GPUs" in rec.installed and rec.installed_ok is True
+    assert any("not a reason to downgrade" in w for w in rec.warnings)
+    # without its arch list nothing says it has kernels for the GPUs: unknown, not fine
+    rec = recommend(machine(gpus, driver="580.159.04", torch=_cuda_torch("2.15.1+cu130", None)))
+    assert rec.installed_ok is None and "kernels were not checked" in rec.installed
+    # what the build says of itself still counts: no sm_90 kernels is a problem whatever its version
+    rec = recommend(machine(gpus, driver="580.159.04", torch=_cuda_torch("2.16.0+cu130", ["sm_100"])))
+    assert rec.installed_ok is False and "no kernels for sm_90" in rec.installed
+
+
+def test_an_installed_torch_newer_than_the_recommendation_is_kept():
+    torch = _cuda_torch("2.15.0+cu130", ["sm_90"])
+    rec = recommend(machine([("NVIDIA H200", "9.0")], driver="580.159.04", torch=torch))
+    assert rec.torch_version == "2.14.1"
+    assert rec.installed.endswith("it is newer than the recommendation (torch 2.14.1): keep it")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from gpudoctor.advice.torch_build import recommend
@@ -24,3 +25,12 @@ def test_renderers():
     data = json.loads(render_json(rec))
     assert data["variant"] == "cu130" and data["index_url"] == "https://download.pytorch.org/whl/cu130"
     assert data["exit_code"] == 0 and data["installed"]["ok"] is True
+
+
+def test_every_form_says_how_old_the_release_data_is():
+    rec = recommend(H200, today=datetime.date(2026, 12, 11))
+    line = "torch releases up to 2.15.0, retrieved 2026-12-01 (10 days ago)"
+    assert f"  data:    {line}\n" in render_text(rec)
+    assert render_shell(rec).splitlines()[1] == f"# release data: {line}"
+    data = json.loads(render_json(rec))
+    assert data["release_data"] == {"retrieved": "2026-12-01", "age_days": 10, "newest_release": "2.15.0"}

@@ -18,6 +18,7 @@ when nothing fits, the answer is cpu with the reason, and ``working`` is False.
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -29,7 +30,7 @@ from .torch_variants import (
     Verdict,
     cuda_of,
     judge_release,
-    load_tables,
+    load_release_tables,
     newest_first,
     pick_variant,
     python_fit,
@@ -39,11 +40,36 @@ from .torch_variants import (
 )
 
 INDEX_BASE = "https://download.pytorch.org/whl"
+STALE_DAYS = 90  # older release data gets a note: PyTorch publishes a minor release about every 2-3 months
 
 _ARCH_RE = re.compile(r"(?:sm|compute)_[0-9]{2,4}[a-z]?")
 
 
 # ---------------------------------------------------------------------------- recommendation
+
+
+@dataclass
+class ReleaseData:
+    """How old the release table is: the date it was last checked against its sources, and its newest release."""
+
+    retrieved: str | None  # YYYY-MM-DD; None for a table given by the caller without one
+    age_days: int | None
+    newest: str | None  # the latest patch of the newest release row, "2.15.0"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"retrieved": self.retrieved, "age_days": self.age_days, "newest_release": self.newest}
+
+
+def release_data(releases: Mapping[str, Any], retrieved: str | None, today: datetime.date) -> ReleaseData:
+    newest = newest_first(releases)[0] if releases else None
+    latest = str(releases[newest].get("latest") or newest) if newest else None
+    age: int | None = None
+    if retrieved:
+        try:
+            age = (today - datetime.date.fromisoformat(retrieved)).days
+        except ValueError:
+            retrieved = None
+    return ReleaseData(retrieved, age, latest)
 
 
 @dataclass
@@ -63,6 +89,7 @@ class Recommendation:
     installed: str = ""
     installed_ok: bool | None = None
     upgrade_hint: str = ""
+    data: ReleaseData = field(default_factory=lambda: ReleaseData(None, None, None))
 
     @property
     def index_url(self) -> str | None:
@@ -98,10 +125,16 @@ def recommend(
     facts: Mapping[str, Any],
     overrides: Overrides | None = None,
     tables: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+    today: datetime.date | None = None,
 ) -> Recommendation:
-    """The torch build for the machine the facts describe (see the module docstring)."""
+    """The torch build for the machine the facts describe (see the module docstring). ``today``
+    (default: the UTC date) is what the age of the release data is counted to."""
     o = overrides or Overrides()
-    releases, cuda_rows = tables if tables is not None else load_tables()
+    retrieved: str | None = None
+    if tables is not None:
+        releases, cuda_rows = tables
+    else:
+        releases, cuda_rows, retrieved = load_release_tables()
     inputs = gather_inputs(facts, o)
     if inputs.nvidia_gpus:
         target = "nvidia"
@@ -110,6 +143,12 @@ def recommend(
     else:
         target = "cpu"
     rec = Recommendation(inputs=inputs, target=target, release=None, torch_version=None, variant=None, working=False)
+    rec.data = release_data(releases, retrieved, today or datetime.datetime.now(datetime.timezone.utc).date())
+    if rec.data.age_days is not None and rec.data.age_days > STALE_DAYS:
+        rec.warnings.append(
+            f"the torch release data is {rec.data.age_days} days old (retrieved {rec.data.retrieved}): releases "
+            "published since are not known here; scripts/refresh_torch_releases.py in gpudoctor's source refreshes it"
+        )
     if target == "nvidia" and inputs.amd_gpus:
         rec.warnings.append(f"{inputs.amd_gpus} AMD GPU(s) are present too; this advice is for the NVIDIA GPUs")
 
@@ -165,7 +204,18 @@ def recommend(
         if lead_pick is not None:
             if lead_fallback is None:
                 lead_fallback = (key, lead_pick, verdicts)
-            lead_skips.append((key, f"{lead_pick.variant} would fit, but it is known from secondary sources only"))
+            verified = [v for v in verdicts if v.ok and not v.lead and v.relevant]
+            also = ""
+            if verified:
+                mvc = all(v.full_support is False for v in verified)
+                names = ", ".join(v.variant for v in verified)
+                run = "runs" if len(verified) == 1 else "run"
+                also = f"; verified: {names}"
+                if mvc:
+                    also += f", which {run} here only through minor-version compatibility"
+            lead_skips.append(
+                (key, f"{lead_pick.variant} would fit, but it is known from secondary sources only{also}")
+            )
             rec.skipped.append(lead_skips[-1])
             continue
         rec.skipped.append((key, summarise(verdicts)))
@@ -260,7 +310,7 @@ def _fill_release(rec: Recommendation, row: Mapping[str, Any], requested_patch: 
         rec.warnings.append(f"no torchvision release pairs with torch {rec.torch_version} in the table")
     if not ta:
         rec.warnings.append(
-            f"torchaudio has no release for torch {rec.torch_version} (its last, 2.11.1, needs torch ≥ 2.11); left out"
+            f"no torchaudio release was published with torch {rec.torch_version} (the table pins none); left out"
         )
 
 
@@ -321,6 +371,8 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
         return
     version = known(t.get("version")) or "?"
     build = known(t.get("build"))
+    base = _version_of(version)
+    beyond = base is not None and rec.data.newest is not None and base > Version(rec.data.newest)
     # The install command as prose in the verdict: its words (pins and the index URL from the data
     # tables and checked options) need no quoting, so joined they read as the script writes them.
     install = " ".join(rec.argvs().get("pip", []))
@@ -357,6 +409,22 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
         rec.installed_ok = False
         rec.installed = problem + (f"; install: {install}" if install and rec.working else "")
         return
+    if beyond:
+        # Newer than anything the table knows: judged only by what the installed build says of
+        # itself (its CUDA against the driver, its arch list against the GPUs), never by a guess.
+        when = f", retrieved {rec.data.retrieved}" if rec.data.retrieved else ""
+        rec.installed = (
+            f"torch {version}{where} is newer than every release in the release table (newest {rec.data.newest}"
+            f"{when}): it is not judged against the table"
+        )
+        rec.warnings.append(
+            f"the installed torch {version} is newer than the release table knows: the recommendation is the "
+            f"newest build the table can vouch for, not a reason to downgrade"
+        )
+        checked, ok = _self_checks(rec, t, cuda_rows)
+        rec.installed += f"; {checked}" if checked else ""
+        rec.installed_ok = ok
+        return
     rec.installed_ok = True
     local = str(version).split("+", 1)
     same_variant = len(local) == 2 and local[1] == rec.variant
@@ -367,8 +435,42 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
     elif target == "cpu":
         rec.installed = f"torch {version}{where} works here (no GPU to use)"
     else:
-        newer = f"; torch {rec.torch_version} ({rec.variant}) is newer" if rec.torch_version else ""
+        rec_v = _version_of(rec.torch_version)
+        newer = ""
+        if rec_v is not None and base is not None and rec_v > base:
+            newer = f"; torch {rec.torch_version} ({rec.variant}) is newer"
+        elif rec_v is not None and base is not None and base > rec_v:
+            newer = f"; it is newer than the recommendation (torch {rec.torch_version}): keep it"
         rec.installed = (
             f"the installed build works here: torch {version}{where} runs on this driver "
             f"and has kernels for these GPUs{newer}"
         )
+
+
+def _version_of(text: Any) -> Version | None:
+    """The public part of a torch version ("2.15.0+cu130" -> 2.15.0); None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    m = re.fullmatch(r"([0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?)(?:[+a-z.][0-9A-Za-z.+]{0,40})?", text.strip())
+    return Version(m.group(1)) if m else None
+
+
+def _self_checks(rec: Recommendation, t: Mapping[str, Any], cuda_rows: Mapping[str, Any]) -> tuple[str, bool | None]:
+    """What an installed CUDA build newer than the table says of itself, checked against this host
+    (a build whose problems were found never gets here): the text, and True when both were checked."""
+    if rec.target != "nvidia":
+        return "", None
+    parts: list[str] = []
+    archs = _arch_names(known(t.get("arch_list")))
+    if archs is None:
+        parts.append("its arch list is unknown (--torch-import reads it), so its kernels were not checked")
+    else:
+        parts.append(f"its arch list ({', '.join(archs)}) has kernels for these GPUs")
+    cuda = known(t.get("cuda_version"))
+    key = ".".join(str(cuda).split(".")[:2]) if isinstance(cuda, str) else None
+    driver_checked = bool(key) and isinstance(cuda_rows.get(key or ""), Mapping) and rec.inputs.driver is not None
+    if driver_checked:
+        parts.append(f"its CUDA {cuda} runs on driver {rec.inputs.driver}")
+    else:
+        parts.append(f"whether its CUDA {cuda or '(unknown)'} runs on this driver is not known here")
+    return "; ".join(parts), (True if archs is not None and driver_checked else None)

@@ -23,13 +23,21 @@ _TORCH_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
 # ---------------------------------------------------------------------------- tables
 
 
-def load_tables() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(torch_releases rows, cuda_driver rows) of the built-in data tables."""
+def load_release_tables() -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """(torch_releases rows, cuda_driver rows, the date the release table was last checked against
+    its sources, YYYY-MM-DD) of the built-in data tables."""
     from ..tables import builtin_rules_dir
     from ..tables import load_tables as load
 
     tables = load(builtin_rules_dir() / "data")
-    return tables["torch_releases"]["rows"], tables["cuda_driver"]["rows"]
+    retrieved = tables["torch_releases"].get("retrieved")
+    return tables["torch_releases"]["rows"], tables["cuda_driver"]["rows"], str(retrieved) if retrieved else None
+
+
+def load_tables() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(torch_releases rows, cuda_driver rows) of the built-in data tables."""
+    releases, cuda_rows, _ = load_release_tables()
+    return releases, cuda_rows
 
 
 def parse_arch_list(text: str) -> list[str]:
@@ -141,7 +149,16 @@ def _judge_cuda(variant: str, spec: Mapping[str, Any], inputs: Inputs, cuda_rows
                 need_driver=floor,
             )
         full_support = bool(full) and drv >= Version(str(full))
-    archs = parse_arch_list(str(spec.get("arch", "")))
+    if not spec.get("arch"):
+        return Verdict(
+            variant,
+            False,
+            "the arch list of this build is not known (the wheel index does not state it); not chosen blindly",
+            full_support=full_support,
+            lead=lead,
+            need_driver=floor,
+        )
+    archs = parse_arch_list(str(spec.get("arch")))
     uncovered: list[str] = []
     via_ptx: list[str] = []
     for gpu in inputs.nvidia_gpus:

@@ -39,9 +39,22 @@ def recommendation_json(rec: Recommendation) -> dict[str, Any]:
         "warnings": rec.warnings,
         "upgrade_hint": rec.upgrade_hint,
         "installed": {"verdict": rec.installed, "ok": rec.installed_ok},
+        "release_data": rec.data.to_json(),
         "inputs": rec.inputs.to_json(),
         "exit_code": rec.exit_code,
     }
+
+
+def data_age(rec: Recommendation) -> str:
+    """ "torch releases up to 2.15.0, retrieved 2026-12-01 (3 days ago)" """
+    d = rec.data
+    newest = f"torch releases up to {d.newest}" if d.newest else "the torch release table"
+    if not d.retrieved or d.age_days is None:
+        return f"{newest} (retrieval date unknown)"
+    age = {0: "today", 1: "yesterday"}.get(d.age_days, f"{d.age_days} days ago")
+    if d.age_days < 0:
+        age = "a date after today: check the clock"
+    return f"{newest}, retrieved {d.retrieved} ({age})"
 
 
 def render_text(rec: Recommendation, origin: str = "") -> str:
@@ -61,6 +74,7 @@ def render_text(rec: Recommendation, origin: str = "") -> str:
         lines.append(f"  driver:  {i.driver or 'unknown'} ({i.driver_source})")
     where = i.python_executable if i.python_executable and i.python_source == "host.python_version" else i.python_source
     lines.append(f"  Python:  {i.python or 'unknown'} ({where})")
+    lines.append(f"  data:    {data_age(rec)}")
     lines.append("")
     if rec.working and rec.variant:
         kind = {"nvidia": f"CUDA {cuda_of(rec.variant)}", "amd": "ROCm", "cpu": "CPU"}[rec.target]
@@ -107,6 +121,7 @@ def render_shell(rec: Recommendation) -> str:
     errors from the facts) and one live line, the pip command, of shell-quoted words (shell_word:
     release, variant and pins come from the data tables or checked options)."""
     lines = ["# gpudoctor fix --torch: review, then run one of the install lines (gpudoctor runs nothing)."]
+    lines.append(shell_comment(f"release data: {data_age(rec)}"))
     for w in rec.why:
         lines.append(shell_comment(w))
     for w in rec.warnings:

@@ -1,4 +1,5 @@
 # gpudoctor fix --torch: review, then run one of the install lines (gpudoctor runs nothing).
+# release data: torch releases up to 2.15.0, retrieved 2026-12-01 (30 days ago)
 # torch 2.15.0: the newest release
 # cu132: kernels for the GPUs; needs driver ≥ 580.65.06 (full CUDA 13.2 support from 595.45.04)
 # note: the arch list was not checked for every GPU (compute capability unknown)

@@ -88,6 +88,28 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     },
 }
 
+# Driver 590.44.01 installed on a node of two Tesla P100s: R590 dropped Pascal, the module refused
+# both and did not load (NVML down); the installed release is read from libnvidia-ml.
+EXPECTED_FAILURES["pascal-dropped-unloaded"] = {
+    ("nvidia-driver-not-loaded", HOST),
+    ("driver-dropped-gpu-architecture", GPU0),
+    ("driver-dropped-gpu-architecture", GPU1),
+}
+# The open module 590.44.01 drives the H100 (GPU 0) and leaves the P100 (GPU 1) alone: R590 dropped
+# Pascal, and the open modules never supported it; NVML does not list the P100.
+EXPECTED_FAILURES["pascal-dropped-refused"] = {
+    ("driver-dropped-gpu-architecture", GPU1),
+    ("gpu-missing-from-nvml", GPU1),
+    ("open-kernel-module-unsupported", GPU1),
+}
+# Two B300s under driver 575.64.05 (module not loaded): above the Blackwell floor, below B300's own
+# first release (580.82.07) from the device-id table.
+EXPECTED_FAILURES["b300-below-device-min"] = {
+    ("nvidia-driver-not-loaded", HOST),
+    ("gpu-newer-than-driver", GPU0),
+    ("gpu-newer-than-driver", GPU1),
+}
+
 # Scenarios whose faults leave every fact readable: nothing may be unknown there.
 FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
@@ -99,6 +121,8 @@ FULLY_KNOWN = (
 NVML_DOWN = {
     "no-driver": "NVML_ERROR_DRIVER_NOT_LOADED",
     "nvml-mismatch": "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "pascal-dropped-unloaded": "NVML_ERROR_DRIVER_NOT_LOADED",
+    "b300-below-device-min": "NVML_ERROR_DRIVER_NOT_LOADED",
 }
 
 _FINDINGS: dict[str, list[Any]] = {}

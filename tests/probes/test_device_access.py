@@ -97,8 +97,9 @@ def test_mode_bits_and_a_working_open(tmp_path: Path) -> None:
 def test_no_files_is_not_found(tmp_path: Path) -> None:
     ctx = fake_root(tmp_path, ["null"])
     out = device_access.collect(ctx, refusing(errno.EPERM))
-    assert out["nvidiactl_open"] == Unavailable("not_found", "no /dev/nvidiactl")  # never handed to the opener
-    assert out["nvidia_gpu_open"] == Unavailable("not_found", "no /dev/nvidia<N> file")
+    assert out["nvidiactl_open"] == "ENOENT"  # never handed to the (always refusing) opener
+    assert out["nvidia_gpu_open"] == "ENOENT"
+    assert out["nvidia_gpu_open_path"] == Unavailable("not_found", "no /dev/nvidia<N> file")
 
 
 def test_the_real_open_refuses_anything_but_a_character_device(tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_the_real_open_refuses_anything_but_a_character_device(tmp_path: Path) -
     assert device_access._open_result(str(regular), device_access.open_device).reason == "not_supported"
     result = device_access._open_result(str(link), device_access.open_device)
     assert result.reason == "not_supported" and "symbolic link" in result.detail
-    assert device_access._open_result(str(tmp_path / "none"), device_access.open_device).reason == "not_found"
+    assert device_access._open_result(str(tmp_path / "none"), device_access.open_device) == "ENOENT"
     if os.path.exists("/dev/null"):
         assert device_access._open_result("/dev/null", device_access.open_device) == "ok"  # a character device
 

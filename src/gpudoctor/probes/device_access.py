@@ -5,7 +5,8 @@ Reads (called from the modules probe; facts under ``modules``):
 - ``/dev/nvidiactl`` and the lowest-numbered ``/dev/nvidia<N>``, on the live machine only: each is
   lstat'ed first and only a character device is opened (never a link, a regular file or a FIFO),
   with ``O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW``, and closed at once: no
-  ioctl, no read, no write. The answer is ``ok`` or the errno name (``EPERM``, ``EACCES``, ...).
+  ioctl, no read, no write. The answer is ``ok`` or the errno name (``EPERM``, ``EACCES``, ...;
+  ``ENOENT`` when the file, or any ``/dev/nvidia<N>``, is not there).
   ``os.access`` (the modules probe's ``*_accessible`` facts) checks only the mode bits; a device
   cgroup that refuses the device (the container toolkit's lost-access case after ``systemctl
   daemon-reload``) shows only in a real open, as EPERM. Under ``--root`` or ``--facts`` the check
@@ -96,8 +97,6 @@ def _open_result(path: str, opener: Opener) -> str | Unavailable:
         opener(path)
     except NotADevice as exc:
         return Unavailable("not_supported", f"{shown(path)} is {exc}: not opened")
-    except FileNotFoundError:
-        return Unavailable("not_found", f"{shown(path)} does not exist")
     except OSError as exc:
         code = exc.errno
         if code is None:
@@ -130,13 +129,15 @@ def device_open_facts(ctx: ProbeContext, opener: Opener | None = None) -> dict[s
             why = Unavailable("not_supported", "the device files are opened on the live machine only")
             return {"nvidiactl_open": why, "nvidia_gpu_open": why, "nvidia_gpu_open_path": gpu_path}
         opener = open_device
+    # A file that is not there is the answer ENOENT (what open would say), not a fact unknown:
+    # a container given no NVIDIA device files at all is a known state.
     out: dict[str, Any] = {
         "nvidiactl_open": _open_result(str(ctx.path("/dev/nvidiactl")), opener)
         if exists(ctx, "/dev/nvidiactl")
-        else Unavailable("not_found", "no /dev/nvidiactl")
+        else "ENOENT"
     }
     if isinstance(gpu_path, Unavailable):
-        out["nvidia_gpu_open"] = gpu_path
+        out["nvidia_gpu_open"] = "ENOENT" if gpu_path.reason == "not_found" else gpu_path
     else:
         out["nvidia_gpu_open"] = _open_result(str(ctx.path(gpu_path)), opener)
     out["nvidia_gpu_open_path"] = gpu_path

@@ -184,3 +184,22 @@ def test_a_container_whose_device_cgroup_denies_access_fails_the_rule() -> None:
     assert finding.status is Status.PASS
     [finding] = run_rules(RULESET, probed("h200-x2-real"), [rule])
     assert finding.status is Status.SKIP
+
+
+def test_the_live_machine_gets_the_real_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the live root the real opener runs (here on whatever /dev this test host has)."""
+    ctx = ProbeContext()
+    assert ctx.live
+    tried: list[str] = []
+    real = device_access.open_device
+
+    def watched(path: str) -> None:
+        tried.append(path)
+        real(path)
+
+    monkeypatch.setattr(device_access, "open_device", watched)
+    out = device_access.device_open_facts(ctx)
+    for key in ("nvidiactl_open", "nvidia_gpu_open"):
+        value = out[key]
+        assert isinstance(value, str) or value.reason != "not_supported", (key, value)
+    assert all(path.startswith("/dev/nvidia") for path in tried)

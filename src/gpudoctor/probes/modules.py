@@ -26,6 +26,7 @@ from typing import Any
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from . import device_access
 from .files import exists, list_dir, read_bytes, read_text, resolve_path, search_dirs
 
 # Directories the dynamic loader searches for libnvidia-ml.so.1 on common distributions,
@@ -416,4 +417,5 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     out["cmdline"] = cmdline
     out["iommu_mode"] = _iommu_mode(ctx, cmdline)
     out.update(_device_nodes(ctx))
+    out.update(device_access.collect(ctx))
     return out

@@ -45,6 +45,7 @@ STATIC: dict[str, Callable[..., Any]] = {
     "local_version": versions.local_version,
     "wheel_family": versions.wheel_family,
     "missing_gfx": versions.missing_gfx,
+    "hsa_override_gfx": versions.hsa_override_gfx,
     "filter_by": values.filter_by,
     "cuda_visible_count": devices.cuda_visible_count,
     "amd_visible_devices_problem": devices.amd_visible_devices_problem,

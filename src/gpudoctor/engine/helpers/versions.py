@@ -161,3 +161,27 @@ def missing_gfx(targets: Iterable[Any], arch_list: Iterable[Any]) -> list[str]:
         if base not in built and base not in out:
             out.append(base)
     return out
+
+
+_HSA_OVERRIDE = re.compile(r"(\d{1,2})\.(\d{1,2})\.(\d{1,2})")
+
+
+def hsa_override_gfx(value: Any) -> str:
+    """The gfx target that HSA_OVERRIDE_GFX_VERSION ("major.minor.stepping") makes the ROCm
+    runtime present every AMD GPU as; "" when the value is unset or not of that form. The target
+    name is "gfx", the major in decimal, then the minor and stepping as one hex digit each, as
+    LLVM names the processors (gfx90a is 9.0.10).
+
+    Example: hsa_override_gfx("11.0.0") → "gfx1100"
+    Example: hsa_override_gfx("9.0.10") → "gfx90a"
+    Example: hsa_override_gfx(None) → ""
+    """
+    if not isinstance(value, str):
+        return ""
+    match = _HSA_OVERRIDE.fullmatch(value.strip())
+    if not match:
+        return ""
+    major, minor, stepping = (int(part) for part in match.groups())
+    if major == 0 or minor > 15 or stepping > 15:
+        return ""
+    return f"gfx{major}{minor:x}{stepping:x}"

@@ -161,6 +161,11 @@ def test_distributed_golden_table():
         render_table(rows[:2], "nccl", bandwidth({**MEASURED, "min_busbw_gbps": None}), _plain),
         render_table(rows[:2], "nccl", bandwidth({**MEASURED, "correct": False}), _plain),
         render_table(rows[:2], "gloo", None, _plain),
+        # one rank (torchrun --nproc-per-node 1): nothing to all-reduce with; blocks only when the
+        # policy asks for a minimum and is fail-closed
+        render_table(rows[:1], "nccl", None, _plain, Policy()),
+        render_table(rows[:1], "nccl", None, _plain, Policy(min_busbw_gbps=100.0)),
+        render_table(rows[:1], "nccl", None, _plain, Policy(min_busbw_gbps=100.0, fail_closed=False)),
     ]
     check(GOLDEN / "distributed.txt", "\n".join(parts))
     check(GOLDEN / "distributed.rows.json", json.dumps(rows, indent=2, ensure_ascii=False) + "\n")

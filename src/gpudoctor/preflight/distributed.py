@@ -12,6 +12,10 @@
    measurement becomes the facts section ``allreduce``, judged by the gate's rule
    gate-allreduce-busbw (rules/gate/gate.yaml): under the policy's
    distributed.min_busbw_gbps (or --min-busbw), or a wrong sum, it is a blocking failure.
+   With one rank (torchrun --nproc-per-node 1 on one node) there is nothing to all-reduce with:
+   nothing is measured and the table says so. That does not block, unless the policy asks for a
+   minimum bus bandwidth: then, like any check that cannot be judged, it blocks when fail-closed
+   (a single-GPU job should not carry a multi-GPU bandwidth minimum) and is reported when fail-open.
 4. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
    bandwidth and the verdict (render/gate_distributed.py); every rank exits 1 when any rank is
    no-go, so the whole job stops.
@@ -141,6 +145,25 @@ def allreduce_finding(
     return finding
 
 
+ONE_RANK = "one rank: nothing to all-reduce with"
+
+
+def not_measured(world: int, backend: str, rows: list[dict[str, Any]]) -> str:
+    """Why the all-reduce was not measured, in words ("" when nothing stood in its way)."""
+    if world < 2:
+        return ONE_RANK
+    if backend != "nccl":
+        return "no NCCL: the ranks have no usable CUDA device"
+    if any(r.get("verdict") != "go" for r in rows):
+        return "a rank is no-go"
+    return ""
+
+
+def one_rank_blocks(policy: Policy | None, world: int) -> bool:
+    """With one rank the policy's minimum bus bandwidth cannot be checked: it blocks when fail-closed."""
+    return policy is not None and world < 2 and policy.min_busbw_gbps is not None and policy.fail_closed
+
+
 def gather_rows(torch: Any, dist: Any, row: dict[str, Any], world: int, group: Any) -> list[dict[str, Any]]:
     """Every rank's row, on every rank: JSON bytes in CPU tensors over gloo (all_gather_object
     pickles, and needs numpy in some torch builds)."""
@@ -190,7 +213,14 @@ class DistributedOutcome:
         if self.problem:
             return True
         any_no_go = any(r["verdict"] != "go" for r in self.rows)
-        return any_no_go or (self.allreduce is not None and self.allreduce.status is Status.FAIL)
+        if any_no_go or one_rank_blocks(self.report.policy, self.world):
+            return True
+        return self.allreduce is not None and self.allreduce.status is Status.FAIL
+
+    @property
+    def not_measured(self) -> str:
+        """Why there is no all-reduce measurement ("" when there is one)."""
+        return "" if self.measured is not None else not_measured(self.world, self.backend, self.rows)
 
     @property
     def exit_code(self) -> int:

@@ -85,12 +85,14 @@ def _free_port() -> int:
 
 
 def _launch(root: str, *extra: str) -> list[subprocess.CompletedProcess]:
-    """Two ranks as torchrun would start them (env://), each with its own exit status."""
+    """Two ranks as torchrun would start them (env://), each with its own exit status. On a one-GPU
+    host both use gloo (the node has fewer CUDA devices than ranks), as on a host without CUDA."""
     port = str(_free_port())
     procs = []
     for rank in range(2):
         env = dict(os.environ)
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         env.pop("CUDA_VISIBLE_DEVICES", None)
         procs.append(
             subprocess.Popen(
@@ -275,3 +277,23 @@ def test_one_rank_blocks_only_on_a_policy_minimum_when_fail_closed(monkeypatch):
     outcome, _ = _one_rank(monkeypatch, Policy(min_busbw_gbps=100.0, fail_closed=False))
     assert outcome.exit_code == 0
     assert "the policy's minimum 100 GB/s is not checked (fail-open)" in stdout_text(outcome, lambda s, **_: s)
+
+
+def test_ranks_of_a_node_with_fewer_gpus_than_ranks_all_use_gloo(monkeypatch):
+    # two ranks on a one-GPU host (issue 19): rank 0 has a GPU, rank 1 none; both must pick gloo, or
+    # rank 0 would wait on NCCL for a rank that joined over gloo until the watchdog gave up
+    from gpudoctor.preflight.distributed import run_distributed
+
+    for rank in (0, 1):
+        torch, dist = _fake_torch(cuda=True)  # device_count 1
+        monkeypatch.setitem(sys.modules, "torch", torch)
+        monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+        for name, value in (("RANK", str(rank)), ("LOCAL_RANK", str(rank)), ("WORLD_SIZE", "1"),
+                            ("LOCAL_WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
+            monkeypatch.setenv(name, value)
+        outcome = run_distributed(Policy(), {"root": HEALTHY, "nvml_timeout": 5.0})
+        assert outcome.backend == "gloo" and dist.calls[0] == ("init", "gloo", 1), rank
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert run_distributed(Policy(), {"root": HEALTHY, "nvml_timeout": 5.0}).backend == "nccl"

@@ -153,7 +153,7 @@ def not_measured(world: int, backend: str, rows: list[dict[str, Any]]) -> str:
     if world < 2:
         return ONE_RANK
     if backend != "nccl":
-        return "no NCCL: the ranks have no usable CUDA device"
+        return "no NCCL: the ranks have no usable CUDA device, or a node has fewer CUDA devices than ranks"
     if any(r.get("verdict") != "go" for r in rows):
         return "a rank is no-go"
     return ""
@@ -249,6 +249,7 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
     if not dist.is_available():
         raise GateError("--distributed: this torch build has no torch.distributed")
     cuda = bool(torch.cuda.is_available()) and torch.cuda.device_count() > local_rank
+    local_world = _int_env("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else local_rank + 1
     own = own_gpu(report.facts, local_rank, torch if cuda else None)
     row = _rank_row(report, rank, local_rank, own)
 
@@ -267,7 +268,11 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
     watchdog = threading.Timer(budget, give_up)
     watchdog.daemon = True
     watchdog.start()
-    backend = "nccl" if cuda and dist.is_nccl_available() else "gloo"
+    # Every rank of a node must pick the same backend (a rank on NCCL waits for one on gloo until the
+    # watchdog): NCCL only where the node has a CUDA device for each of its ranks (LOCAL_WORLD_SIZE,
+    # set by torchrun), which every rank of the node sees alike. Two ranks on a one-GPU host use gloo.
+    enough = cuda and torch.cuda.device_count() >= local_world
+    backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
     outcome = DistributedOutcome(rank, world, backend, report, row)
     try:
         from datetime import timedelta

@@ -160,10 +160,9 @@ def rdma_ports(devices: Iterable[Any], state: Any) -> list[str]:
     """
     out = []
     for device in devices:
-        name = required_field(device, "name")
         for port in required_field(device, "ports"):
             if required_field(port, "state") == state:
-                out.append(f"{name}:{required_field(port, 'port')}")
+                out.append(f"{required_field(device, 'name')}:{required_field(port, 'port')}")
     return out
 
 

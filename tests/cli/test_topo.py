@@ -131,3 +131,41 @@ def test_each_nic_shows_its_ports_state_rate_and_link_layer(capsys):
     assert ports["mlx5_1"] == [
         {"rdma_device": "mlx5_1", "port": 1, "state": "DOWN", "rate_gbps": 10, "link_layer": "InfiniBand"}
     ]
+
+
+def test_nvswitches_and_the_fabric_manager_are_shown(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "nvswitch-8gpu"))
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "NVSwitches: 4 (0000:20:00.0, 0000:21:00.0, 0000:22:00.0, 0000:23:00.0) · "
+        "fabric manager (nv-fabricmanager): running (pid 1402)"
+    )
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "fabric-manager-stopped"))
+    assert code == 0 and out.splitlines()[1].endswith("fabric manager (nv-fabricmanager): not running")
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "nvswitch-8gpu"), "--format", "json")
+    assert json.loads(out)["nvswitches"] == {
+        "count": 4,
+        "bus_ids": ["0000:20:00.0", "0000:21:00.0", "0000:22:00.0", "0000:23:00.0"],
+        "fabric_manager_running": True,
+        "fabric_manager_pid": 1402,
+    }
+
+
+def test_hosts_without_nvswitches_show_no_nvswitch_line(capsys, tmp_path):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-dgx-8gpu"))
+    assert code == 0 and "NVSwitch" not in out and out.splitlines()[1] == ""
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "numa-dgx-8gpu"), "--format", "json")
+    assert json.loads(out)["nvswitches"] == {
+        "count": 0, "bus_ids": [], "fabric_manager_running": None, "fabric_manager_pid": None,
+    }
+    # hidepid: the switches are there, whether the fabric manager runs is not known
+    code, out, _ = cli(capsys, "probe", "--root", str(HOSTS / "nvswitch-8gpu"))
+    facts = json.loads(out)
+    facts["pci"]["fabric_manager_running"] = {"unavailable": "no_permission", "detail": "hidepid"}
+    facts["pci"]["fabric_manager_pid"] = {"unavailable": "no_permission", "detail": "hidepid"}
+    del facts["pci"]["nvswitch_bus_ids"]  # a snapshot from before the bus ids were recorded
+    snapshot = tmp_path / "hidepid.json"
+    snapshot.write_text(json.dumps(facts))
+    code, out, _ = cli(capsys, "topo", "--facts", str(snapshot))
+    assert code == 0
+    assert out.splitlines()[1] == "NVSwitches: 4 · fabric manager (nv-fabricmanager): unknown (no permission)"

@@ -85,12 +85,14 @@ def _free_port() -> int:
 
 
 def _launch(root: str, *extra: str) -> list[subprocess.CompletedProcess]:
-    """Two ranks as torchrun would start them (env://), each with its own exit status."""
+    """Two ranks as torchrun would start them (env://), each with its own exit status. On a one-GPU
+    host both use gloo (the node has fewer CUDA devices than ranks), as on a host without CUDA."""
     port = str(_free_port())
     procs = []
     for rank in range(2):
         env = dict(os.environ)
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         env.pop("CUDA_VISIBLE_DEVICES", None)
         procs.append(
             subprocess.Popen(
@@ -160,3 +162,138 @@ def test_torchrun_entry_point_all_go():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Verdict: GO — 2 ranks" in proc.stdout
     assert "not measured (no NCCL" in proc.stdout
+
+
+class _Tensor:
+    """As much of a CPU tensor as gather_rows uses: a list of numbers."""
+
+    def __init__(self, data):
+        self.data = list(data)
+
+    def item(self):
+        return self.data[0]
+
+    def tolist(self):
+        return list(self.data)
+
+    def __getitem__(self, index):
+        return _Tensor(self.data[index])
+
+    def __setitem__(self, index, value):
+        self.data[index] = value.data
+
+
+class _FakeDist:
+    """torch.distributed for one process: a gather returns this rank's own tensor."""
+
+    ReduceOp = None
+
+    def __init__(self):
+        self.calls = []
+
+    def is_available(self):
+        return True
+
+    def is_nccl_available(self):
+        return True
+
+    def init_process_group(self, **kwargs):
+        self.calls.append(("init", kwargs["backend"], kwargs["world_size"]))
+
+    def new_group(self, **kwargs):
+        self.calls.append(("new_group", kwargs["backend"]))
+        return "objects"
+
+    def all_gather(self, outs, tensor, group=None):
+        assert len(outs) == 1
+        outs[0].data = list(tensor.data)
+
+    def all_reduce(self, *args, **kwargs):
+        raise AssertionError("one rank has nothing to all-reduce with")
+
+    def destroy_process_group(self):
+        self.calls.append(("destroy",))
+
+
+def _fake_torch(cuda: bool):
+    import types
+
+    dist = _FakeDist()
+    torch = types.SimpleNamespace(
+        distributed=dist,
+        int64="int64",
+        uint8="uint8",
+        tensor=lambda data, dtype=None: _Tensor(data),
+        zeros=lambda n, dtype=None: _Tensor([0] * n),
+        cuda=types.SimpleNamespace(
+            is_available=lambda: cuda,
+            device_count=lambda: 1 if cuda else 0,
+            set_device=lambda index: None,
+            get_device_properties=lambda index: types.SimpleNamespace(uuid="", pci_bus_id=0x18, pci_device_id=0),
+        ),
+    )
+    return torch, dist
+
+
+def _one_rank(monkeypatch, policy: Policy, cuda: bool = True):
+    from gpudoctor.preflight.distributed import run_distributed
+
+    torch, dist = _fake_torch(cuda)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
+    return run_distributed(policy, {"root": HEALTHY, "nvml_timeout": 5.0}), dist
+
+
+def test_one_rank_has_nothing_to_all_reduce_with_and_is_go(monkeypatch):
+    # torchrun --nproc-per-node 1 (issue 19): every rank is go, nothing is measured, and the
+    # table says why instead of "a rank is no-go"
+    from gpudoctor.render.gate_distributed import distributed_json, stdout_text
+
+    outcome, dist = _one_rank(monkeypatch, Policy())
+    assert dist.calls[0] == ("init", "nccl", 1) and dist.calls[-1] == ("destroy",)
+    assert outcome.rows and outcome.rows[0]["verdict"] == "go" and outcome.measured is None
+    assert outcome.exit_code == 0 and outcome.not_measured == "one rank: nothing to all-reduce with"
+    text = stdout_text(outcome, lambda s, **_: s)
+    assert "all-reduce: not measured (one rank: nothing to all-reduce with)" in text
+    assert "a rank is no-go" not in text and text.rstrip().endswith("Verdict: GO — 1 rank")
+    assert '"allreduce_not_measured": "one rank: nothing to all-reduce with"' in distributed_json(outcome)
+    # the same without CUDA (gloo): still one rank, that is the reason given
+    outcome, _ = _one_rank(monkeypatch, Policy(), cuda=False)
+    assert outcome.backend == "gloo" and outcome.not_measured.startswith("one rank") and outcome.exit_code == 0
+
+
+def test_one_rank_blocks_only_on_a_policy_minimum_when_fail_closed(monkeypatch):
+    from gpudoctor.render.gate_distributed import stdout_text
+
+    outcome, _ = _one_rank(monkeypatch, Policy(min_busbw_gbps=100.0))
+    assert outcome.exit_code == 1
+    text = stdout_text(outcome, lambda s, **_: s)
+    assert text.startswith("NO-GO  gate-allreduce-busbw: one rank has nothing to all-reduce with")
+    assert "Verdict: NO-GO — all-reduce bandwidth not measured with one rank" in text
+    outcome, _ = _one_rank(monkeypatch, Policy(min_busbw_gbps=100.0, fail_closed=False))
+    assert outcome.exit_code == 0
+    assert "the policy's minimum 100 GB/s is not checked (fail-open)" in stdout_text(outcome, lambda s, **_: s)
+
+
+def test_ranks_of_a_node_with_fewer_gpus_than_ranks_all_use_gloo(monkeypatch):
+    # two ranks on a one-GPU host (issue 19): rank 0 has a GPU, rank 1 none; both must pick gloo, or
+    # rank 0 would wait on NCCL for a rank that joined over gloo until the watchdog gave up
+    from gpudoctor.preflight.distributed import run_distributed
+
+    for rank in (0, 1):
+        torch, dist = _fake_torch(cuda=True)  # device_count 1
+        monkeypatch.setitem(sys.modules, "torch", torch)
+        monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+        for name, value in (("RANK", str(rank)), ("LOCAL_RANK", str(rank)), ("WORLD_SIZE", "1"),
+                            ("LOCAL_WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
+            monkeypatch.setenv(name, value)
+        outcome = run_distributed(Policy(), {"root": HEALTHY, "nvml_timeout": 5.0})
+        assert outcome.backend == "gloo" and dist.calls[0] == ("init", "gloo", 1), rank
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert run_distributed(Policy(), {"root": HEALTHY, "nvml_timeout": 5.0}).backend == "nccl"

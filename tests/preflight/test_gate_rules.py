@@ -20,6 +20,9 @@ GATE_CHECKS = {
     "gate-gpu-model": ("gpu", "expect"),
     "gate-gpu-model-none": ("host", "expect"),
     "gate-free-memory": ("gpu", "expect"),
+    "gate-nic-count": ("host", "expect"),
+    "gate-nic-rate": ("rdma_port", "expect"),
+    "gate-nvlink-links": ("gpu", "expect"),
     "gate-deep-cuda": ("host", "deep"),
     "gate-deep-gpu": ("gpu", "deep"),
     "gate-deep-p2p": ("gpu", "deep"),
@@ -83,6 +86,54 @@ def test_the_policy_section_holds_only_what_the_policy_sets():
     assert section["expect_model"] == "H100" and section["min_free_memory_gib"] == 70
     assert isinstance(section["min_free_memory_gib"], int) and section["min_busbw_gbps"] == 12.5
     assert "expect_gpus" not in section and section["on_cannot_check"] == "fail-closed"
+
+
+def test_nic_and_nvlink_expectations_judge_the_rdma_and_gpu_facts():
+    # rdma-degraded: 9 RDMA ports, mlx5_1 DOWN, mlx5_6 trained to 200 Gb/s, the RoCE storage port
+    # mlx5_8 (200 Gb/s) paired with no GPU
+    policy = Policy(expect_nics=9, nic_rate_gbps=400.0, nvlink_links=18)
+    section = policy.facts()
+    assert (section["expect_nics"], section["expect_nic_rate_gbps"], section["expect_nvlink_links"]) == (9, 400, 18)
+    report = judge(facts("rdma-degraded"), ruleset(), policy)
+    judged = [f for f in report.findings if f.area == "gate" and f.status is not Status.SKIP]
+    gate = {(f.rule_id, f.subject.label): f for f in judged}
+    count = gate[("gate-nic-count", "host")]
+    assert count.status is Status.FAIL and count.message.startswith("8 RDMA port(s) are ACTIVE (mlx5_0:1, mlx5_2:1")
+    assert "on 9 RDMA device(s), the policy expects at least 9" in count.message
+    assert report.is_blocking(count)
+    rates = {label: f.status for (rule, label), f in gate.items() if rule == "gate-nic-rate"}
+    assert rates.pop("mlx5_6 port 1") is Status.FAIL
+    assert "mlx5_8 port 1" not in rates and "mlx5_1 port 1" not in rates  # no GPU of its own; not ACTIVE
+    assert len(rates) == 6 and set(rates.values()) == {Status.PASS}
+    low = gate[("gate-nic-rate", "mlx5_6 port 1")]
+    assert "runs at 200 Gb/s (InfiniBand), the policy expects at least 400 Gb/s" in low.message
+    assert "GPU 5 (0000:9b:00.0)" in low.message
+    links = [f for (rule, _), f in gate.items() if rule == "gate-nvlink-links"]
+    assert len(links) == 8 and {f.status for f in links} == {Status.PASS}
+    # the down port and the slow one still block, through the rdma rules: not through the gate's
+    lower = judge(facts("rdma-degraded"), ruleset(), Policy(expect_nics=8, nic_rate_gbps=200.0))
+    assert not [f for f in lower.blocking if f.area == "gate"] and len(lower.blocking) == 2
+
+
+def test_nvlink_expectation_fails_where_nvml_reports_no_link():
+    # the real H200 VM: every nvmlDeviceGetNvLinkState NOT_SUPPORTED, recorded as 0 links of 0
+    data = copy.deepcopy(facts("healthy-2gpu"))
+    for gpu in data["nvml"]["gpus"]:
+        gpu["nvlink_links"] = gpu["nvlink_active"] = 0
+    report = judge(data, ruleset(), Policy(nvlink_links=18))
+    links = [f for f in report.findings if f.rule_id == "gate-nvlink-links"]
+    assert [f.status for f in links] == [Status.FAIL, Status.FAIL] and not report.go
+    assert "NVML reports no NVLink on this GPU" in links[0].message
+    assert judge(data, ruleset(), Policy(nvlink_links=0)).go
+
+
+def test_nic_expectation_without_rdma_facts_is_unknown_and_blocks_fail_closed():
+    data = copy.deepcopy(facts("healthy-2gpu"))
+    del data["rdma"]  # a snapshot from before the rdma probe
+    report = judge(data, ruleset(), Policy(expect_nics=1))
+    count = next(f for f in report.findings if f.rule_id == "gate-nic-count")
+    assert count.status is Status.UNKNOWN and report.is_blocking(count)
+    assert judge(data, ruleset(), Policy(expect_nics=1, fail_closed=False)).go
 
 
 def test_a_snapshot_does_not_bring_its_own_gate_sections():

@@ -65,6 +65,8 @@ def _failed_memory() -> list[dict[str, Any]]:
 
 EXPECT_GOOD = {"expect_gpus": 2, "expect_model": "H100", "min_free_memory_gib": 70.0}
 EXPECT_BAD = {"expect_gpus": 4, "expect_model": "A100", "min_free_memory_gib": 80.0}
+# An 8-GPU HGX node with one NDR HCA per GPU and a RoCE storage NIC: 9 RDMA ports
+EXPECT_FABRIC = {"expect_gpus": 8, "expect_nics": 9, "nic_rate_gbps": 400.0, "nvlink_links": 18}
 
 # name -> (facts, policy values, device test result or None)
 CASES: dict[str, Any] = {
@@ -75,6 +77,10 @@ CASES: dict[str, Any] = {
     "go-unknown-fail-open": (_unknown_width, {"fail_closed": False}, None),
     "no-go-unknown-required": (_unknown_width, {"fail_closed": False, "required": ("pcie",)}, None),
     "go-warnings": (lambda: facts("thermal-slowdown"), {"ignore": ("hw-slowdown-active",)}, None),
+    "go-fabric-expectations": (lambda: facts("rdma-8nic"), EXPECT_FABRIC, None),
+    "no-go-fabric-rdma-degraded": (lambda: facts("rdma-degraded"), EXPECT_FABRIC, None),
+    # numa-dgx-8gpu has 5 RDMA ports (4 NDR HCAs, one RoCE NIC): a policy written for it
+    "no-go-fabric-nvlink-down": (lambda: facts("nvlink-down-8gpu"), {**EXPECT_FABRIC, "expect_nics": 5}, None),
     "go-deep": (lambda: facts("healthy-2gpu"), {"deep": True}, lambda: _deep(_all_passing())),
     "no-go-deep-hung": (
         lambda: facts("healthy-2gpu"),
@@ -155,6 +161,11 @@ def test_distributed_golden_table():
         render_table(rows[:2], "nccl", bandwidth({**MEASURED, "min_busbw_gbps": None}), _plain),
         render_table(rows[:2], "nccl", bandwidth({**MEASURED, "correct": False}), _plain),
         render_table(rows[:2], "gloo", None, _plain),
+        # one rank (torchrun --nproc-per-node 1): nothing to all-reduce with; blocks only when the
+        # policy asks for a minimum and is fail-closed
+        render_table(rows[:1], "nccl", None, _plain, Policy()),
+        render_table(rows[:1], "nccl", None, _plain, Policy(min_busbw_gbps=100.0)),
+        render_table(rows[:1], "nccl", None, _plain, Policy(min_busbw_gbps=100.0, fail_closed=False)),
     ]
     check(GOLDEN / "distributed.txt", "\n".join(parts))
     check(GOLDEN / "distributed.rows.json", json.dumps(rows, indent=2, ensure_ascii=False) + "\n")

@@ -18,6 +18,9 @@ expect:
   gpus: 8
   model: H100
   min_free_memory_gib: 70.5
+  nics: 8
+  nic_rate_gbps: 400
+  nvlink_links: 18
 fail_on: warning
 on_cannot_check: fail-open
 required: [pcie-width-degraded, health]
@@ -36,6 +39,7 @@ distributed:
 def test_every_key_of_a_policy_file_is_read(tmp_path):
     p = load_policy(write_policy(tmp_path, FULL))
     assert (p.expect_gpus, p.expect_model, p.min_free_memory_gib) == (8, "H100", 70.5)
+    assert (p.expect_nics, p.nic_rate_gbps, p.nvlink_links) == (8, 400.0, 18)
     assert p.fail_on is Severity.WARNING and not p.fail_closed and p.on_cannot_check == "fail-open"
     assert p.required == ("pcie-width-degraded", "health") and p.ignore == ("persistence-mode-off",)
     assert p.deadline_s == 45 and p.deep and p.deep_memory_mib == 512
@@ -60,6 +64,10 @@ def test_empty_policy_file_means_the_defaults(tmp_path):
         ("version: 2\n", None, "version"),
         ("required: pcie\n", None, "required"),
         ("expect:\n  gpus: 2\n  gpus: 3\n", 3, "duplicate key"),
+        ("version: 1\nexpect:\n  gpus: 8\n  nics: -1\n", 3, "expect.nics"),  # the line of its mapping
+        ("expect:\n  nic_rate_gbps: 0\n", 2, "nic_rate_gbps"),
+        ("expect:\n  nvlink_links: eighteen\n", 2, "nvlink_links"),
+        ("expect:\n  nic: 8\n", 2, "nic"),
         ("expect: [1, 2\n", None, "YAML error"),
         ("- just\n- a list\n", None, "mapping"),
     ],
@@ -88,6 +96,14 @@ def test_selectors_must_name_a_rule_area_tag_or_gate_check():
         check_selectors(Policy(ignore=("pcie-width-degradd",)), ruleset())
     with pytest.raises(PolicyError, match="needs expect.gpus"):
         check_selectors(Policy(required=("gate-gpu-count",)), ruleset())
+    for check, setting in (
+        ("gate-nic-count", "expect.nics"),
+        ("gate-nic-rate", "expect.nic_rate_gbps"),
+        ("gate-nvlink-links", "expect.nvlink_links"),
+    ):
+        with pytest.raises(PolicyError, match=f"needs {setting}"):
+            check_selectors(Policy(required=(check,)), ruleset())
+    check_selectors(Policy(required=("gate-nic-rate",), nic_rate_gbps=400.0), ruleset())
     with pytest.raises(PolicyError, match="needs the device test"):
         check_selectors(Policy(required=("deep",)), ruleset())
     check_selectors(Policy(required=("gate-gpu-count",), expect_gpus=2), ruleset())
@@ -119,6 +135,23 @@ def test_command_line_flags_override_the_policy_file(capsys, tmp_path):
     assert flags["verdict"] == "go" and flags["policy"]["expect"]["gpus"] == 2
     assert flags["policy"]["fail_on"] == "error" and flags["policy"]["deadline_s"] == 20
     assert flags["policy"]["on_cannot_check"] == "fail-closed"
+
+
+def test_nic_and_nvlink_flags_override_the_policy_file(capsys, tmp_path):
+    path = write_policy(tmp_path, "expect:\n  nics: 4\n  nic_rate_gbps: 400\n  nvlink_links: 12\n")
+    from_file = _policy_of(capsys, "--policy", path)["policy"]["expect"]
+    assert (from_file["nics"], from_file["nic_rate_gbps"], from_file["nvlink_links"]) == (4, 400, 12)
+    flags = _policy_of(
+        capsys, "--policy", path, "--expect-nics", "1", "--min-nic-rate", "200", "--min-nvlink-links", "18"
+    )
+    assert flags["verdict"] == "go"  # healthy-2gpu: one ConnectX-6 port at 200 Gb/s, 18 links per GPU
+    assert (flags["policy"]["expect"]["nics"], flags["policy"]["expect"]["nvlink_links"]) == (1, 18)
+    gate = {f["rule"]: f["status"] for f in flags["findings"] if f["area"] == "gate"}
+    assert gate == {"gate-nic-count": "pass", "gate-nic-rate": "pass", "gate-nvlink-links": "pass"}
+    for bad in (("--min-nic-rate", "nan"), ("--min-nic-rate", "0"), ("--expect-nics", "-1"),
+                ("--min-nvlink-links", "65")):
+        code, _, err = cli(capsys, "gate", "--root", HEALTHY, *bad)
+        assert code == 2 and bad[0] in err
 
 
 def test_default_timeout_does_not_override_the_policy_deadline(capsys, tmp_path):

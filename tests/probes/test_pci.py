@@ -359,6 +359,7 @@ def test_nvswitches_are_counted_not_listed(tmp_path: Path) -> None:
     validate_section("pci", facts)
     assert [d["bus_id"] for d in facts["devices"]] == ["0000:01:00.0"]
     assert facts["nvswitch_count"] == 4
+    assert facts["nvswitch_bus_ids"] == ["0000:00:02.0", "0000:00:03.0", "0000:00:04.0", "0000:00:05.0"]
 
 
 def test_nvswitch_count_unknown_when_functions_were_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -368,8 +369,9 @@ def test_nvswitch_count_unknown_when_functions_were_left_out(tmp_path: Path, mon
     facts = pci.collect(ProbeContext(root=tmp_path, env={}))
     assert reason(facts["nvswitch_count"]) == "not_supported"
     assert facts["nvswitch_count"] == facts["devices"][-1]["class_code"]
+    assert facts["nvswitch_bus_ids"] == facts["nvswitch_count"]
 
 
 def test_nvswitch_count_unknown_without_the_pci_listing(tmp_path: Path) -> None:
     facts = pci.collect(ProbeContext(root=tmp_path, env={}))
-    assert reason(facts["nvswitch_count"]) == "not_found"
+    assert reason(facts["nvswitch_count"]) == "not_found" and reason(facts["nvswitch_bus_ids"]) == "not_found"

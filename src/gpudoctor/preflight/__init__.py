@@ -14,9 +14,10 @@ policy, the checks it runs, and one go/no-go verdict.
 The gate's own checks (ids gate-...) are rules like every other, in rules/gate/ (area gate), loaded
 only by the gate (engine.loader.load_rules(gate=True)). They judge what the gate adds to the facts:
 the policy's expectations (section ``policy``: expect_gpus, expect_model, min_free_memory_gib,
-min_busbw_gbps, absent when not set), the device test's result (``device_test``; a GPU's own
-steps as gpu.device_test) and the distributed all-reduce (``allreduce``). A gate rule whose input
-is absent is not run, and not reported.
+expect_nics, expect_nic_rate_gbps, expect_nvlink_links, min_busbw_gbps, absent when not set),
+the device test's result (``device_test``; a GPU's own steps as gpu.device_test) and the
+distributed all-reduce (``allreduce``). A gate rule whose input is absent is not run, and not
+reported.
 
 What blocks (the verdict is no-go when at least one finding blocks):
 

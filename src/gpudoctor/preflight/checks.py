@@ -15,6 +15,9 @@ NEEDS = (
     ("gate-gpu-count", "expect_gpus", "expect.gpus (--expect-gpus)"),
     ("gate-gpu-model", "expect_model", "expect.model (--expect-model)"),
     ("gate-free-memory", "min_free_memory_gib", "expect.min_free_memory_gib (--min-free-memory)"),
+    ("gate-nic-count", "expect_nics", "expect.nics (--expect-nics)"),
+    ("gate-nic-rate", "nic_rate_gbps", "expect.nic_rate_gbps (--min-nic-rate)"),
+    ("gate-nvlink-links", "nvlink_links", "expect.nvlink_links (--min-nvlink-links)"),
     ("deep", "deep", "the device test (deep.enabled or --deep)"),
 )
 

@@ -12,6 +12,10 @@
    measurement becomes the facts section ``allreduce``, judged by the gate's rule
    gate-allreduce-busbw (rules/gate/gate.yaml): under the policy's
    distributed.min_busbw_gbps (or --min-busbw), or a wrong sum, it is a blocking failure.
+   With one rank (torchrun --nproc-per-node 1 on one node) there is nothing to all-reduce with:
+   nothing is measured and the table says so. That does not block, unless the policy asks for a
+   minimum bus bandwidth: then, like any check that cannot be judged, it blocks when fail-closed
+   (a single-GPU job should not carry a multi-GPU bandwidth minimum) and is reported when fail-open.
 4. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
    bandwidth and the verdict (render/gate_distributed.py); every rank exits 1 when any rank is
    no-go, so the whole job stops.
@@ -141,6 +145,25 @@ def allreduce_finding(
     return finding
 
 
+ONE_RANK = "one rank: nothing to all-reduce with"
+
+
+def not_measured(world: int, backend: str, rows: list[dict[str, Any]]) -> str:
+    """Why the all-reduce was not measured, in words ("" when nothing stood in its way)."""
+    if world < 2:
+        return ONE_RANK
+    if backend != "nccl":
+        return "no NCCL: the ranks have no usable CUDA device, or a node has fewer CUDA devices than ranks"
+    if any(r.get("verdict") != "go" for r in rows):
+        return "a rank is no-go"
+    return ""
+
+
+def one_rank_blocks(policy: Policy | None, world: int) -> bool:
+    """With one rank the policy's minimum bus bandwidth cannot be checked: it blocks when fail-closed."""
+    return policy is not None and world < 2 and policy.min_busbw_gbps is not None and policy.fail_closed
+
+
 def gather_rows(torch: Any, dist: Any, row: dict[str, Any], world: int, group: Any) -> list[dict[str, Any]]:
     """Every rank's row, on every rank: JSON bytes in CPU tensors over gloo (all_gather_object
     pickles, and needs numpy in some torch builds)."""
@@ -190,7 +213,14 @@ class DistributedOutcome:
         if self.problem:
             return True
         any_no_go = any(r["verdict"] != "go" for r in self.rows)
-        return any_no_go or (self.allreduce is not None and self.allreduce.status is Status.FAIL)
+        if any_no_go or one_rank_blocks(self.report.policy, self.world):
+            return True
+        return self.allreduce is not None and self.allreduce.status is Status.FAIL
+
+    @property
+    def not_measured(self) -> str:
+        """Why there is no all-reduce measurement ("" when there is one)."""
+        return "" if self.measured is not None else not_measured(self.world, self.backend, self.rows)
 
     @property
     def exit_code(self) -> int:
@@ -219,6 +249,7 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
     if not dist.is_available():
         raise GateError("--distributed: this torch build has no torch.distributed")
     cuda = bool(torch.cuda.is_available()) and torch.cuda.device_count() > local_rank
+    local_world = _int_env("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else local_rank + 1
     own = own_gpu(report.facts, local_rank, torch if cuda else None)
     row = _rank_row(report, rank, local_rank, own)
 
@@ -237,7 +268,11 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
     watchdog = threading.Timer(budget, give_up)
     watchdog.daemon = True
     watchdog.start()
-    backend = "nccl" if cuda and dist.is_nccl_available() else "gloo"
+    # Every rank of a node must pick the same backend (a rank on NCCL waits for one on gloo until the
+    # watchdog): NCCL only where the node has a CUDA device for each of its ranks (LOCAL_WORLD_SIZE,
+    # set by torchrun), which every rank of the node sees alike. Two ranks on a one-GPU host use gloo.
+    enough = cuda and torch.cuda.device_count() >= local_world
+    backend = "nccl" if enough and dist.is_nccl_available() else "gloo"
     outcome = DistributedOutcome(rank, world, backend, report, row)
     try:
         from datetime import timedelta

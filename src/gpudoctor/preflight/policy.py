@@ -21,6 +21,12 @@ class Policy:
     expect_gpus: int | None = None
     expect_model: str | None = None
     min_free_memory_gib: float | None = None
+    # RDMA ports in the ACTIVE state, at least (NCCL makes one network device of each such port)
+    expect_nics: int | None = None
+    # Gb/s every active RDMA port must run at, at least
+    nic_rate_gbps: float | None = None
+    # active NVLink links every NVIDIA GPU must have, at least
+    nvlink_links: int | None = None
     fail_on: Severity = Severity.ERROR
     fail_closed: bool = True
     required: tuple[str, ...] = ()
@@ -58,6 +64,9 @@ class Policy:
                 "gpus": self.expect_gpus,
                 "model": self.expect_model,
                 "min_free_memory_gib": self.min_free_memory_gib,
+                "nics": self.expect_nics,
+                "nic_rate_gbps": self.nic_rate_gbps,
+                "nvlink_links": self.nvlink_links,
             },
             "deep": self.deep,
             "min_busbw_gbps": self.min_busbw_gbps,
@@ -73,11 +82,23 @@ class Policy:
             "deadline_s": self.deadline_s,
             "deep": self.deep,
         }
-        for key in ("expect_gpus", "expect_model", "min_free_memory_gib", "min_busbw_gbps"):
+        for key, name in FACT_KEYS:
             value = getattr(self, key)
             if value is not None:
-                out[key] = whole(value)
+                out[name] = whole(value)
         return out
+
+
+# Policy attribute -> its key in the facts section `policy` (rules/gate/gate.yaml reads them).
+FACT_KEYS = (
+    ("expect_gpus", "expect_gpus"),
+    ("expect_model", "expect_model"),
+    ("min_free_memory_gib", "min_free_memory_gib"),
+    ("expect_nics", "expect_nics"),
+    ("nic_rate_gbps", "expect_nic_rate_gbps"),
+    ("nvlink_links", "expect_nvlink_links"),
+    ("min_busbw_gbps", "min_busbw_gbps"),
+)
 
 
 def whole(value: Any) -> Any:
@@ -121,6 +142,9 @@ def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
         expect_gpus=expect.get("gpus"),
         expect_model=expect.get("model"),
         min_free_memory_gib=float(expect["min_free_memory_gib"]) if "min_free_memory_gib" in expect else None,
+        expect_nics=expect.get("nics"),
+        nic_rate_gbps=float(expect["nic_rate_gbps"]) if "nic_rate_gbps" in expect else None,
+        nvlink_links=expect.get("nvlink_links"),
         fail_on=Severity(data.get("fail_on", "error")),
         fail_closed=data.get("on_cannot_check", FAIL_CLOSED) == FAIL_CLOSED,
         required=tuple(data.get("required", ())),

@@ -16,7 +16,8 @@ Listed: display/3D controllers (class 0x03xxxx) and processing accelerators (0x1
 "gpu"; any other function that backs an RDMA device as kind "nic"; a function whose class cannot
 be read as kind "other" (it might be a GPU). Everything else is skipped, but NVIDIA functions of
 class 0x0680xx (bridge, other: the NVSwitches of HGX/DGX baseboards) are counted in
-``nvswitch_count``, which is unavailable when the functions were not all probed. Where there are
+``nvswitch_count`` and their bus ids listed in ``nvswitch_bus_ids``, both unavailable when the
+functions were not all probed. Where there are
 NVSwitches, whether the fabric manager runs (probes/fabric.py: proc/<pid>/comm), the service that
 programs them; elsewhere that is not looked for (not_supported).
 
@@ -77,6 +78,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
             "devices": names,
             "acs_ports": names,
             "nvswitch_count": names,
+            "nvswitch_bus_ids": names,
             "fabric_manager_running": names,
             "fabric_manager_pid": names,
         }
@@ -95,9 +97,15 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         device = _device(ctx, bdf, rdma_by_bdf.get(bdf, []), switches)
         if device is not None:
             devices.append(device)
+    bus_ids: list[str] | Unavailable = nvswitch_count if isinstance(nvswitch_count, Unavailable) else sorted(switches)
     if not isinstance(nvswitch_count, Unavailable):
         nvswitch_count = len(switches)
-    out = {"devices": devices, "acs_ports": acs.collect_ports(ctx, devices, stop), "nvswitch_count": nvswitch_count}
+    out = {
+        "devices": devices,
+        "acs_ports": acs.collect_ports(ctx, devices, stop),
+        "nvswitch_count": nvswitch_count,
+        "nvswitch_bus_ids": bus_ids,
+    }
     out.update(_fabric_manager(ctx, nvswitch_count))
     return out
 

@@ -34,6 +34,12 @@ def policy_line(report: Any) -> str:
         expect.append(f"model {printable(p.expect_model)}")
     if p.min_free_memory_gib is not None:
         expect.append(f"{p.min_free_memory_gib:g} GiB free per GPU")
+    if p.expect_nics is not None:
+        expect.append(f"{p.expect_nics} active RDMA port(s)")
+    if p.nic_rate_gbps is not None:
+        expect.append(f"{p.nic_rate_gbps:g} Gb/s per RDMA port")
+    if p.nvlink_links is not None:
+        expect.append(f"{p.nvlink_links} NVLink link(s) per GPU")
     if expect:
         bits.append("expect " + ", ".join(expect))
     if p.required:

@@ -1,5 +1,6 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
-PCIe host bridge and switch, with the node's CPUs; text (a tree per node, then a table) or JSON.
+PCIe host bridge and switch, with the node's CPUs; the NVSwitches on the bus and whether the fabric
+manager runs; text (a tree per node, then a table) or JSON.
 
 Formatting only: the layout comes from model.topology and model.nics, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 from ..escaping import printable
+from ..facts import Unavailable
 from ..model.nics import RELATIONS, NicChoice, NicInfo, nics_from_facts, pair_nics
 from ..model.topology import GpuInfo, Topology, allowed_cpus, cpulist, gpus_from_facts
 
@@ -31,6 +33,56 @@ class Layout:
     pairs: dict[str, NicChoice]
     allowed: Any
     notes: list[str]
+    switches: NvSwitches = field(default_factory=lambda: NvSwitches(None, [], None, None))
+
+
+@dataclass
+class NvSwitches:
+    """The NVSwitches the pci section counted, their bus ids, and whether nv-fabricmanager runs
+    (None where the facts do not say: an older snapshot, or the PCI bus not read in full)."""
+
+    count: int | None
+    bus_ids: list[str]
+    fabric_manager_running: bool | None
+    fabric_manager_pid: int | None
+    fabric_manager_reason: str = ""
+
+    @classmethod
+    def from_facts(cls, facts: Mapping[str, Any]) -> NvSwitches:
+        pci = facts.get("pci")
+        pci = pci if isinstance(pci, Mapping) else {}
+        count, ids = pci.get("nvswitch_count"), pci.get("nvswitch_bus_ids")
+        running, pid = pci.get("fabric_manager_running"), pci.get("fabric_manager_pid")
+        return cls(
+            count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+            bus_ids=[b for b in ids if isinstance(b, str)] if isinstance(ids, list) else [],
+            fabric_manager_running=running if isinstance(running, bool) else None,
+            fabric_manager_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            fabric_manager_reason=running.reason if isinstance(running, Unavailable) else "",
+        )
+
+    def text(self) -> str | None:
+        """One line for a host with NVSwitches (None without: other hosts' output is unchanged)."""
+        if not self.count:
+            return None
+        shown = f" ({printable(', '.join(self.bus_ids))})" if self.bus_ids else ""
+        if self.fabric_manager_running is True:
+            pid = f" (pid {self.fabric_manager_pid})" if self.fabric_manager_pid is not None else ""
+            manager = f"running{pid}"
+        elif self.fabric_manager_running is False:
+            manager = "not running"
+        else:
+            manager = "unknown" + (f" ({printable(self.fabric_manager_reason.replace('_', ' '))})"
+                                   if self.fabric_manager_reason else "")
+        return f"NVSwitches: {self.count}{shown} · fabric manager (nv-fabricmanager): {manager}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "bus_ids": self.bus_ids,
+            "fabric_manager_running": self.fabric_manager_running,
+            "fabric_manager_pid": self.fabric_manager_pid,
+        }
 
 
 def layout(facts: Mapping[str, Any]) -> Layout:
@@ -48,6 +100,7 @@ def layout(facts: Mapping[str, Any]) -> Layout:
         pairs=pair_nics(gpus, nics),
         allowed=allowed_cpus(facts, topo),
         notes=notes,
+        switches=NvSwitches.from_facts(facts),
     )
 
 
@@ -178,6 +231,9 @@ def render_text(facts: Mapping[str, Any]) -> str:
     lines = [head]
     if topo.problem:
         lines.append(f"  {printable(topo.problem)}")
+    switches = lay.switches.text()
+    if switches:
+        lines.append(switches)
     groups: dict[int | None, list[Item]] = {}
     for g in lay.gpus:
         groups.setdefault(g.node if g.node in topo.nodes else None, []).append(g)
@@ -314,6 +370,7 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
             for n in lay.nics
         ],
         "nvlink_islands": nvlink_island_lists(lay.gpus),
+        "nvswitches": lay.switches.to_json(),
         "relations": list(RELATIONS.values()),
         "notes": lay.notes,
     }

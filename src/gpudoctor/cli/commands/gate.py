@@ -66,6 +66,21 @@ torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
 @click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
 @min_free_memory_option("GiB that must be free on every GPU.")
+@click.option(
+    "--expect-nics", type=click.IntRange(min=0, max=4096), metavar="N", help="At least N RDMA ports must be ACTIVE."
+)
+@click.option(
+    "--min-nic-rate",
+    type=FiniteFloat(min=0, min_open=True, max=100000),
+    metavar="Gb/s",
+    help="Every ACTIVE RDMA port must run at least this fast (400 for NDR).",
+)
+@click.option(
+    "--min-nvlink-links",
+    type=click.IntRange(min=0, max=64),
+    metavar="N",
+    help="Every NVIDIA GPU must have at least N active NVLink links.",
+)
 @fail_on_option("Lowest severity of a failed check that blocks [policy, else error].", default=None)
 @click.option(
     "--fail-closed/--fail-open",
@@ -132,6 +147,9 @@ def command(
     expect_gpus: int | None,
     expect_model: str | None,
     min_free_memory: float | None,
+    expect_nics: int | None,
+    min_nic_rate: float | None,
+    min_nvlink_links: int | None,
     fail_on: str | None,
     fail_closed: bool | None,
     require: tuple[str, ...],
@@ -160,6 +178,9 @@ def command(
             expect_gpus=expect_gpus,
             expect_model=expect_model,
             min_free_memory_gib=min_free_memory,
+            expect_nics=expect_nics,
+            nic_rate_gbps=min_nic_rate,
+            nvlink_links=min_nvlink_links,
             fail_on=fail_on,
             fail_closed=fail_closed,
             required=require or None,

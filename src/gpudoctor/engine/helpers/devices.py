@@ -1,5 +1,6 @@
 """Helpers that judge how the GPUs are exposed and placed: CUDA_VISIBLE_DEVICES and
-HIP_VISIBLE_DEVICES values, GPUs per NUMA node, an OS and kernel against a support table row."""
+HIP_VISIBLE_DEVICES values, GPUs per NUMA node, an OS and kernel against a support table row,
+the RDMA ports in a state across the rdma section's devices."""
 
 from __future__ import annotations
 
@@ -144,6 +145,25 @@ def gpus_per_node(gpus: Iterable[Any], nodes: Iterable[Any]) -> list[int]:
         raise FactUnavailable("numa.nodes", Unavailable("error", "no NUMA node lists a CPU"))
     placed = [required_field(g, "numa_node") for g in gpus]
     return [sum(1 for n in placed if n == node_id) for node_id in node_ids]
+
+
+def rdma_ports(devices: Iterable[Any], state: Any) -> list[str]:
+    """The RDMA ports in this state across rdma.devices, named device:port (mlx5_0:1) as NCCL names them.
+
+    NCCL makes one network device of each port in the ACTIVE state, so the active ports are what
+    a job can use. A device whose ports, or a port whose state or number, could not be read makes
+    the answer unknown (the rule's status too): leaving it out would count a port as missing that
+    may be there.
+
+    Example: rdma_ports(rdma.devices, "ACTIVE") → ['mlx5_0:1']
+    Example: rdma_ports(rdma.devices, "DOWN") → []
+    """
+    out = []
+    for device in devices:
+        for port in required_field(device, "ports"):
+            if required_field(port, "state") == state:
+                out.append(f"{required_field(device, 'name')}:{required_field(port, 'port')}")
+    return out
 
 
 def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: Any) -> str:

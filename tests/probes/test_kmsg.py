@@ -294,8 +294,10 @@ def test_journal_lines_of_modprobe_and_systemd_modules_load(tmp_path: Path) -> N
         "Nov 21 07:30:09 node systemd-modules-load[412]: "
         "Failed to insert module 'nvidia': Key was rejected by service\n"
     )
+    log += "Nov 21 07:30:09 node kernel: [ 9.1] nvidia_uvm: loading of module with unavailable key is rejected\n"
+    log += "Nov 21 07:30:09 node kernel: [ 9.2] vboxdrv: loading of unsigned module is rejected\n"  # not the driver
     write_tree(tmp_path, {"var/log/syslog": log})
-    assert summary(collect(tmp_path))["signature"] == [(True, "nvidia")]
+    assert summary(collect(tmp_path))["signature"] == [(True, "nvidia"), (True, "nvidia_uvm")]
 
 
 def test_the_real_h200_lines_are_no_fault(tmp_path: Path) -> None:

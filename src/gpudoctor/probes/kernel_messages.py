@@ -32,7 +32,8 @@ The texts matched, with where each was checked (open-gpu-kernel-modules at tag 5
 - ``NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:`` / ``NVRM: BARn is NM
   @ 0xADDR (PCI:DDDD:BB:DD.F)`` (kernel-open/nvidia/nv-pci.c).
 - Module signatures (Linux kernel/module/signing.c and main.c): ``Loading of unsigned module is
-  rejected`` (also ``module with unavailable key`` / ``unsupported crypto``), ``Lockdown: X:
+  rejected`` (also ``module with unavailable key`` / ``unsupported crypto``; newer kernels print
+  ``MOD: loading of ... is rejected``, and only the nvidia modules' lines count), ``Lockdown: X:
   unsigned module loading is restricted``, ``MOD: module verification failed: signature and/or
   required key missing - tainting kernel`` (loaded, unsigned); from the journal, modprobe's and
   systemd-modules-load's ``... 'nvidia': Key was rejected by service``.
@@ -89,8 +90,8 @@ _BAR = re.compile(
     rf"is invalid: BAR(?P<bar>\d) is (?P<size>\d{{1,12}})M @ 0x(?P<address>[0-9A-Fa-f]{{1,16}}) \(PCI:(?P<bus>{_BUS})\)"
 )
 _SIGNATURE = re.compile(
-    r"(?P<rejected>Loading of (?:unsigned module|module with unavailable key|module with unsupported crypto)"
-    r" is rejected"
+    r"(?P<rejected>(?:(?P<module_n>[\w-]{1,56}): )?[Ll]oading of "
+    r"(?:unsigned module|module with unavailable key|module with unsupported crypto) is rejected"
     r"|unsigned module loading is restricted"
     r"|'(?P<module_r>nvidia[\w-]{0,20})': Key was rejected by service)"
     r"|(?P<module_t>nvidia[\w-]{0,20}): module verification failed: signature and/or required key missing"
@@ -269,7 +270,9 @@ class KernelLog:
         if not match:
             return
         rejected = match.group("rejected") is not None
-        module = match.group("module_r") or match.group("module_t") or ""
+        module = match.group("module_r") or match.group("module_t") or match.group("module_n") or ""
+        if module and not module.startswith("nvidia"):
+            return  # another module's signature (kernels since 5.13 name it): not the driver's
         self.lists["module_signature"].add((rejected, module), {"rejected": rejected, "module": module},
                                            line[match.start():], seconds)
 

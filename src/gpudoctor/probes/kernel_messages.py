@@ -272,7 +272,7 @@ class KernelLog:
         rejected = match.group("rejected") is not None
         module = match.group("module_r") or match.group("module_t") or match.group("module_n") or ""
         if module and not module.startswith("nvidia"):
-            return  # another module's signature (kernels since 5.13 name it): not the driver's
+            return  # another module's signature (newer kernels name it): not the driver's
         self.lists["module_signature"].add((rejected, module), {"rejected": rejected, "module": module},
                                            line[match.start():], seconds)
 

@@ -74,6 +74,16 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # only the fabric manager rule.
     "nvswitch-8gpu": set(),
     "fabric-manager-stopped": {("nvswitch-fabric-manager-not-running", HOST)},
+    # nvswitch-8gpu whose kernel log has a fatal SXid and non-fatal ones (the info-level rule).
+    "nvswitch-sxid-fatal": {("nvswitch-sxid-fatal", HOST), ("nvswitch-sxid-nonfatal", HOST)},
+    # numa-dgx-8gpu whose kernel log has an NVRM API mismatch of another client (NVML and
+    # libnvidia-ml match the module, so only the kernel log tells).
+    "kmsg-api-mismatch": {("driver-api-mismatch-in-kernel-log", HOST)},
+    # numa-dgx-8gpu whose GPU 0000:bb:00.0 failed RmInitAdapter: on the bus, not in NVML.
+    "rm-init-adapter-failed": {
+        ("gpu-rm-init-adapter-failed", "0000:bb:00.0"),
+        ("gpu-missing-from-nvml", "0000:bb:00.0"),
+    },
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
     # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
@@ -115,6 +125,7 @@ FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "rdma-8nic", "rdma-degraded",
     "nvlink-down-8gpu", "gpu-reset-required", "nvswitch-8gpu", "fabric-manager-stopped",
+    "nvswitch-sxid-fatal", "kmsg-api-mismatch",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

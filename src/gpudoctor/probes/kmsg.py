@@ -1,4 +1,4 @@
-"""Kernel log: the NVIDIA driver's Xid events of the current boot, where the log is readable.
+"""Kernel log: the NVIDIA driver's messages of the current boot, where the log is readable.
 
 Reads (through the context root), the first source that answers:
 
@@ -14,8 +14,12 @@ Binary journal files are not read. Containers normally see none of these: the se
 ``not_supported`` (no kernel log here), while a log that exists but may not be read is
 ``no_permission``.
 
-An Xid line reads ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.``
-(older drivers omit "PCI:"); the probe counts them per GPU and code and keeps the last message.
+probes/kernel_messages.py matches the lines: Xids and NVLink training failures, NVSwitch SXids,
+API mismatches, RmInitAdapter failures, GPUs the driver does not support or ignores, invalid PCI
+BARs and refused module signatures, each counted per GPU (bus id) where the line names one. In
+/dev/kmsg a message printed over several lines is one record whose line breaks are escaped as
+``\\x0a`` (the kernel's Documentation/ABI/testing/dev-kmsg: non-printable characters are escaped
+"\\xff"-style); it is split back into lines here.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from ..context import ProbeContext
 from ..facts import Unavailable
-from ..model.bus_ids import normalise_bus_id
+from . import kernel_messages
 from .files import open_fd, unavailable_from_oserror
 
 KMSG = "/dev/kmsg"
@@ -39,58 +43,27 @@ LOG_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
 # their tail (the current boot) matters.
 MAX_KMSG_BYTES = 32 << 20
 MAX_LOG_TAIL = 16 << 20
-MAX_ENTRIES = 64
-MAX_MESSAGE = 160
-# A printk record is at most about 1 KiB (PRINTK_MESSAGE_MAX); only so much of a line is searched.
-MAX_LINE = 4096
+MAX_LINE = kernel_messages.MAX_LINE
 
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<bus>(?:[0-9A-Fa-f]{4}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\): "
-    r"(?P<code>\d+),\s*(?P<text>.*)"
-)
-_SYSLOG_UPTIME = re.compile(r"kernel:\s*\[\s*(\d+\.\d+)\]")
+_SYSLOG_KERNEL = re.compile(r" kernel:\s*(?:\[\s*(?P<uptime>\d{1,10}\.\d{1,9})\]\s?)?")
 _BOOT_BANNER = re.compile(r"kernel:(?:\s*\[\s*0\.0+\])?\s*Linux version \d")
 
 
-class _Xids:
-    """Xid lines counted per (GPU, code), keeping the last message and when it came."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple[str, int], dict[str, Any]] = {}
-
-    def add(self, line: str, seconds: float | None) -> None:
-        match = _XID.search(line, 0, MAX_LINE)
-        if not match:
-            return
-        key = (normalise_bus_id(match.group("bus") + ".0"), int(match.group("code")))  # very old drivers: bus:device
-        entry = self.entries.get(key)
-        if entry is None:
-            if len(self.entries) >= MAX_ENTRIES:
-                return
-            entry = self.entries[key] = {"bus_id": key[0], "code": key[1], "count": 0}
-        entry["count"] += 1
-        text = match.group("text").strip()
-        entry["message"] = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
-        if seconds is not None:
-            entry["seconds_after_boot"] = round(seconds, 1)
-
-    def result(self) -> list[dict[str, Any]]:
-        return [self.entries[k] for k in sorted(self.entries)]
-
-
-def _parse_kmsg_record(record: str, xids: _Xids) -> None:
-    # "6,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, ..." ; continuation lines start with a space
+def _parse_kmsg_record(record: str, log: kernel_messages.KernelLog) -> None:
+    # "6,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, ..." ; continuation lines start with a space.
+    # A message printed with line breaks is one record with each break escaped as \x0a.
     header, sep, message = record.partition(";")
     if not sep:
         return
     fields = header.split(",")
     seconds = None
-    if len(fields) >= 3 and fields[2].isdecimal():
+    if len(fields) >= 3 and fields[2].isdecimal() and len(fields[2]) <= 20:
         seconds = int(fields[2]) / 1e6
-    xids.add(message, seconds)
+    for line in message[: 4 * MAX_LINE].split("\\x0a"):
+        log.feed(line, seconds)
 
 
-def _read_kmsg(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
+def _read_kmsg(ctx: ProbeContext) -> dict[str, list[dict[str, Any]]] | Unavailable:
     path = ctx.path(KMSG)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -99,7 +72,7 @@ def _read_kmsg(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
         fd = open_fd(ctx, KMSG, flags)
     except (OSError, ValueError) as exc:
         return unavailable_from_oserror(path, exc)
-    xids = _Xids()
+    log = kernel_messages.KernelLog()
     total = 0
     deadline = time.monotonic() + max(0.05, min(2.0, ctx.remaining()))
     try:
@@ -114,8 +87,8 @@ def _read_kmsg(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
                 total += len(chunk)
             for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
                 if line and not line.startswith(" "):
-                    _parse_kmsg_record(line, xids)
-            return xids.result()
+                    _parse_kmsg_record(line, log)
+            return log.result()
         # The character device returns one record per read and EAGAIN at the end.
         while total < MAX_KMSG_BYTES and time.monotonic() < deadline:
             try:
@@ -131,12 +104,12 @@ def _read_kmsg(ctx: ProbeContext) -> list[dict[str, Any]] | Unavailable:
             if not record:
                 break
             total += len(record)
-            _parse_kmsg_record(record.decode("utf-8", "replace").split("\n", 1)[0], xids)
+            _parse_kmsg_record(record.decode("utf-8", "replace").split("\n", 1)[0], log)
     except OSError as exc:
         return unavailable_from_oserror(path, exc)
     finally:
         os.close(fd)
-    return xids.result()
+    return log.result()
 
 
 def _read_tail(ctx: ProbeContext, absolute: str) -> str | Unavailable:
@@ -170,30 +143,34 @@ def _read_tail(ctx: ProbeContext, absolute: str) -> str | Unavailable:
     return text
 
 
-def parse_syslog(text: str) -> list[dict[str, Any]] | None:
-    """Xid entries of the current boot in a syslog-format text; None when it has no kernel lines."""
+def parse_syslog(text: str) -> dict[str, list[dict[str, Any]]] | None:
+    """The driver's messages of the current boot in a syslog-format text, as the kernel_log
+    lists; None when it has no kernel lines."""
     lines = text.splitlines()
-    kernel_lines = [i for i, line in enumerate(lines) if " kernel:" in line]
+    kernel_lines = [i for i, line in enumerate(lines) if " kernel:" in line[:MAX_LINE]]
     if not kernel_lines:
         return None
     start = 0
     for i in kernel_lines:
         if _BOOT_BANNER.search(lines[i], 0, MAX_LINE):
             start = i
-    xids = _Xids()
+    log = kernel_messages.KernelLog()
     for line in lines[start:]:
-        if "NVRM: Xid" not in line:
-            continue
-        uptime = _SYSLOG_UPTIME.search(line, 0, MAX_LINE)
-        xids.add(line, float(uptime.group(1)) if uptime else None)
-    return xids.result()
+        line = line[:MAX_LINE]
+        kernel = _SYSLOG_KERNEL.search(line)
+        if kernel:
+            uptime = kernel.group("uptime")
+            log.feed(line[kernel.end():], float(uptime) if uptime else None)
+        elif "Key was rejected" in line:  # modprobe or systemd-modules-load in the journal
+            log.feed(line, None)
+    return log.result()
 
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:
     problems: list[Unavailable] = []
     found = _read_kmsg(ctx)
     if not isinstance(found, Unavailable):
-        return {"source": KMSG, "xids": found}
+        return {"source": KMSG, **found}
     problems.append(found)
     for name in LOG_FILES:
         text = _read_tail(ctx, name)
@@ -204,7 +181,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         if parsed is None:
             problems.append(Unavailable("not_found", f"{ctx.path(name)} has no kernel messages"))
             continue
-        return {"source": name, "xids": parsed}
+        return {"source": name, **parsed}
     denied = [p for p in problems if p.reason == "no_permission"]
     if denied:
         missing: Unavailable = Unavailable(
@@ -221,4 +198,4 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     else:
         odd = [p for p in problems if p.reason != "not_found"]
         missing = Unavailable(odd[0].reason, "; ".join(p.detail for p in odd))
-    return {"source": missing, "xids": missing}
+    return {"source": missing, **{name: missing for name in kernel_messages.LISTS}}

@@ -91,7 +91,11 @@ def _rule_section(rule: Rule, cases: dict[str, list[str]]) -> list[str]:
         out += ["- Where:"] + [f"  - `{name}` = `{expr.source}`" for name, expr in rule.let]
     if rule.applies:
         out += [f"- Applies when: `{rule.applies.source}`"]
-    out += [f"- Fails when: `{rule.fail_if.source}`", f"- Reads: {', '.join(f'`{p}`' for p in rule.facts_used)}", ""]
+    out += [f"- Fails when: `{rule.fail_if.source}`", f"- Reads: {', '.join(f'`{p}`' for p in rule.facts_used)}"]
+    if rule.superseded_by:
+        named = ", ".join(f"[`{other}`](#{other})" for other in rule.superseded_by)
+        out += [f"- Stands aside (not reported again) where {named} fails on the same subject"]
+    out += [""]
     for kind, heading in (("fail", "Fails on"), ("pass", "Passes on")):
         if cases.get(kind):
             out += [f"{heading}:", "", *cases[kind], ""]

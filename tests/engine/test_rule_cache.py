@@ -216,6 +216,12 @@ def test_the_hand_checks_know_every_constraint_of_the_schemas():
             },
             "additionalProperties": {"type": "string"},
         },
+        "superseded_by": {
+            "type": "array",
+            "maxItems": cached_rules._SUPERSEDED_MAX,
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$", "maxLength": cached_rules._RULE_ID_MAX},
+        },
     }
     assert cached_rules._RULE_ID.pattern == "[a-z0-9]+(?:-[a-z0-9]+)*" and cached_rules._TAG.pattern == "[a-z0-9-]+"
 

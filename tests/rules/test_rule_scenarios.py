@@ -80,10 +80,8 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # libnvidia-ml match the module, so only the kernel log tells).
     "kmsg-api-mismatch": {("driver-api-mismatch-in-kernel-log", HOST)},
     # numa-dgx-8gpu whose GPU 0000:bb:00.0 failed RmInitAdapter: on the bus, not in NVML.
-    "rm-init-adapter-failed": {
-        ("gpu-rm-init-adapter-failed", "0000:bb:00.0"),
-        ("gpu-missing-from-nvml", "0000:bb:00.0"),
-    },
+    # (gpu-missing-from-nvml stands aside: superseded_by names the RmInitAdapter rule)
+    "rm-init-adapter-failed": {("gpu-rm-init-adapter-failed", "0000:bb:00.0")},
     # Booted into a new kernel without an nvidia module for it (DKMS's build failed; the headers are
     # there / never installed): one finding each, with the exact step; nvidia-driver-not-loaded stands
     # aside, since its "install a driver" is the wrong advice here.
@@ -114,7 +112,6 @@ EXPECTED_FAILURES["pascal-dropped-unloaded"] = {
 # Pascal, and the open modules never supported it; NVML does not list the P100.
 EXPECTED_FAILURES["pascal-dropped-refused"] = {
     ("driver-dropped-gpu-architecture", GPU1),
-    ("gpu-missing-from-nvml", GPU1),
     ("open-kernel-module-unsupported", GPU1),
 }
 # Two B300s under driver 575.64.05 (module not loaded): above the Blackwell floor, below B300's own

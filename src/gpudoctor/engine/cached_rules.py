@@ -66,7 +66,8 @@ def _member(value: Any, allowed: frozenset[str]) -> bool:
 # test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
 _RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
 _RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "unknown_message", "fix", "why", "docs"})
-_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let"}
+_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let", "superseded_by"}
+_SUPERSEDED_MAX = 16
 _LET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _LET_NAME_MAX = 40
 _LET_MAX = 32
@@ -110,6 +111,17 @@ def _plain_rule(raw: Any) -> bool:
         and _is_str_list(refs)
         and len(refs) >= 1
         and _plain_let(raw.get("let", {}))
+        and _plain_superseded_by(raw.get("superseded_by", []))
+    )
+
+
+def _plain_superseded_by(ids: Any) -> bool:
+    """A rule's superseded_by: as the schema allows it: at most _SUPERSEDED_MAX distinct rule ids."""
+    return (
+        _is_str_list(ids)
+        and len(ids) <= _SUPERSEDED_MAX
+        and len(set(ids)) == len(ids)
+        and all(len(i) <= _RULE_ID_MAX and _RULE_ID.fullmatch(i) is not None for i in ids)
     )
 
 

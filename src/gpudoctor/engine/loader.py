@@ -72,6 +72,8 @@ class Rule:
     # (and the names below it) as if written out where it is read
     let: tuple[tuple[str, Expression], ...] = ()
     docs: str = ""
+    # rules whose failure on the same subject says this rule's more precisely (runner._supersede)
+    superseded_by: tuple[str, ...] = ()
     source: str = ""
     line: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -253,6 +255,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
         refs=tuple(raw["refs"]),
         tags=tuple(raw.get("tags", ())),
         docs=raw.get("docs", ""),
+        superseded_by=tuple(raw.get("superseded_by", ())),
         let=tuple(lets.items()),
         source=path,
         line=line,

@@ -19,6 +19,7 @@ detail; 64 evidence facts; 16384 subjects per rule; 64 Mi characters for a whole
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any, Callable, Iterable, Mapping
 
@@ -319,7 +320,8 @@ def run_rules(
     run = _Run(ruleset, facts, deadline)
     budget = ReportBudget()
     findings: list[Finding] = []
-    for rule in rules if rules is not None else ruleset.rules:
+    chosen = list(rules) if rules is not None else ruleset.rules
+    for rule in chosen:
         try:
             subjects = run.subjects(rule.subject)
         except Exception as exc:  # noqa: BLE001 - a subject kind the facts cannot give
@@ -340,7 +342,28 @@ def run_rules(
             findings.append(budget.admit(finding))
         if len(subjects) > MAX_SUBJECTS_PER_RULE:
             findings.append(budget.admit(_left_out(rule, rule.subject, len(subjects) - MAX_SUBJECTS_PER_RULE)))
-    return findings
+    return _supersede(findings, chosen)
+
+
+def _supersede(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
+    """One cause, one failure: a failed finding whose rule lists, in superseded_by, a rule that also
+    failed on the same subject becomes not applicable, naming that rule (a generic "GPU missing
+    from NVML" stands aside for "the driver dropped this GPU's architecture")."""
+    superseded = {rule.id: rule.superseded_by for rule in rules if rule.superseded_by}
+    if not superseded:
+        return findings
+    failed = {(f.rule_id, f.subject.kind, f.subject.label) for f in findings if f.status is Status.FAIL}
+    out = []
+    for finding in findings:
+        by = superseded.get(finding.rule_id, ())
+        if finding.status is Status.FAIL and by:
+            said = next((i for i in by if (i, finding.subject.kind, finding.subject.label) in failed), None)
+            if said is not None:
+                finding = dataclasses.replace(
+                    finding, status=Status.SKIP, message=f"not reported again: {said} names the cause", fix=""
+                )
+        out.append(finding)
+    return out
 
 
 __all__ = ["run_rules", "select", "evaluate_rule"]

@@ -173,7 +173,7 @@ def _link_rates(old: Mapping[str, Any] | None, new: Mapping[str, Any], seconds: 
     if isinstance(now, Unavailable):
         return now
     if not isinstance(now, list):
-        return Unavailable("not_found", "this run has no per-link NVLink counters")
+        return Unavailable("not_supported", "these facts have no per-link NVLink counters (an older snapshot?)")
     if old is None:
         return Unavailable("not_supported", "the previous read has no GPU with this UUID (another GPU, or it was lost)")
     then = old.get("nvlink_link_errors")

@@ -45,10 +45,28 @@ def rising(entries: Iterable[Any], counters: Iterable[Any], per_hour: Any) -> li
     return out
 
 
+def resets(entries: Iterable[Any]) -> list[Any]:
+    """The entries of counters that went down between the two reads (reset: the driver reloaded or
+    the counters were cleared), which give no rate.
+
+    Example: resets([]) → []
+    """
+    out = []
+    for entry in entries:
+        data = unrecorded(entry)
+        if hasattr(data, "get") and data.get("reset") is True:
+            for name in ("link", "counter", "before", "after"):
+                if name in data:
+                    field_or_none(entry, name)
+            out.append(entry)
+    return out
+
+
 def rates_text(entries: Iterable[Any]) -> str:
     """Counter rate entries in words: link (NVLink), counter, growth and rate per hour.
 
-    An NVLink entry reads "link 3 crc_flit +120 (720/h)", an RDMA one "symbol_error +40 (240/h)".
+    An NVLink entry reads "link 3 crc_flit +120 (720/h)", an RDMA one "symbol_error +40 (240/h)",
+    a counter that was reset "symbol_error reset (40 then 0)".
 
     Example: rates_text([]) → ""
     """
@@ -57,8 +75,14 @@ def rates_text(entries: Iterable[Any]) -> str:
     for entry in items[:MAX_SHOWN]:
         link = field_or_none(entry, "link")
         rate = field_or_none(entry, "per_hour")
-        rate_text = f"{rate:.0f}/h" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "rate unknown"
-        words = f"{_word(field_or_none(entry, 'counter'))} +{_word(field_or_none(entry, 'delta'))} ({rate_text})"
+        counter = _word(field_or_none(entry, "counter"))
+        if field_or_none(entry, "reset") is True:
+            before, after = field_or_none(entry, "before"), field_or_none(entry, "after")
+            words = f"{counter} reset ({_word(before)} then {_word(after)})"
+        else:
+            known = isinstance(rate, (int, float)) and not isinstance(rate, bool)
+            rate_text = f"{rate:.0f}/h" if known else "rate unknown"
+            words = f"{counter} +{_word(field_or_none(entry, 'delta'))} ({rate_text})"
         parts.append(f"link {_word(link)} {words}" if link is not None else words)
     if len(items) > MAX_SHOWN:
         parts.append(f"and {len(items) - MAX_SHOWN} more")

@@ -54,6 +54,7 @@ STATIC: dict[str, Callable[..., Any]] = {
     "round": values.bounded_round,
     "rising": rates.rising,
     "rates_text": rates.rates_text,
+    "resets": rates.resets,
 }
 
 # Bound per run (see bind) or evaluated specially (available: is the fact known?).

@@ -123,3 +123,14 @@ def test_an_unusable_previous_file_exits_2(capsys, tmp_path: Path, command, cont
     code, out, err = cli(capsys, command, "--facts", b, "--previous", str(bad))
     assert code == 2 and out == "", out
     assert "--previous" in err and needle in err and "Traceback" not in err
+
+
+def test_the_python_api_takes_previous_and_sample():
+    from gpudoctor import GateError, gate
+
+    a, b = pair("rdma-errors-rising")
+    report = gate(facts=b, previous=a, raise_on_no_go=False)
+    assert not report.go and any(f.rule_id == "rdma-port-errors-rising" for f in report.blocking)
+    assert gate(root=HEALTHY, sample=0.2, raise_on_no_go=False).go
+    with pytest.raises(GateError):
+        gate(facts=b, sample=1.0)

@@ -171,6 +171,8 @@ def gate(
     root: str | None = None,
     python: str | None = None,
     rules: Sequence[str] = (),
+    previous: str | None = None,
+    sample: float | None = None,
     raise_on_no_go: bool = True,
 ) -> GateReport:
     """Gate this machine from Python (a job script) and return the report.
@@ -179,6 +181,8 @@ def gate(
     arguments override it, as the command-line flags do. On no-go raises :class:`GateFailed`
     (``.findings``, ``.report``) unless ``raise_on_no_go=False``; raises :class:`GateError`
     when the gate cannot run (bad policy, bad snapshot). Never hangs past ``timeout``.
+    ``previous`` (an earlier snapshot of this boot) or ``sample`` (seconds between two reads of
+    this machine) also judge how fast the NVLink and RDMA error counters rise.
     """
     if policy is None:
         base = Policy()
@@ -201,7 +205,16 @@ def gate(
     )
     if effective.fail_on not in (Severity.ERROR, Severity.WARNING):
         raise PolicyError("fail_on must be error or warning")
-    report = run(effective, facts_file=facts, root=root, python=python, nvml_timeout=nvml_timeout, rule_dirs=rules)
+    report = run(
+        effective,
+        facts_file=facts,
+        root=root,
+        python=python,
+        nvml_timeout=nvml_timeout,
+        rule_dirs=rules,
+        previous_file=previous,
+        sample_s=sample,
+    )
     if raise_on_no_go and not report.go:
         raise GateFailed(report)
     return report

@@ -64,6 +64,9 @@ class ProbeContext:
     nvml_replay: Path | None = None
     # Import torch in a child process (slow) to read runtime facts.
     torch_import: bool = False
+    # --sample SECONDS: read the NVLink and RDMA error counters a second time this long after the
+    # first read (0: once only); the NVML child's deadline grows by as much.
+    sample_s: float = 0.0
     # The RootFS of these roots, None when live, _UNSET until asked for (and when a root changes).
     _fs: Any = field(default=_UNSET, init=False, repr=False, compare=False)
     # When the file-only probes' time after the deadline ends (see work_deadline).
@@ -200,6 +203,7 @@ def make_context(
     nvml_timeout: float = 5.0,
     nvml_replay: str | None = None,
     torch_import: bool = False,
+    sample_s: float = 0.0,
 ) -> ProbeContext:
     """Build a context from CLI-style options; roots must exist (caller checks)."""
     ctx = ProbeContext(
@@ -211,6 +215,7 @@ def make_context(
         nvml_timeout=min(nvml_timeout, timeout),
         nvml_replay=Path(nvml_replay) if nvml_replay else None,
         torch_import=torch_import,
+        sample_s=sample_s,
     )
     if not ctx.live:
         ctx.env = root_environ(ctx) or {}

@@ -70,10 +70,16 @@ CALL_FIELDS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetMigMode": ("mig_enabled", "mig_pending_enabled"),
     "nvmlDeviceGetFieldValues(230)": ("recovery_action",),
     **{
-        f"nvmlDeviceGetNvLinkState({link})": ("nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors")
+        f"nvmlDeviceGetNvLinkState({link})": (
+            "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "nvlink_link_errors"
+        )
         for link in range(18)
     },
-    **{f"nvmlDeviceGetNvLinkErrorCounter({link},{c})": ("nvlink_errors",) for link in range(18) for c in range(4)},
+    **{
+        f"nvmlDeviceGetNvLinkErrorCounter({link},{c})": ("nvlink_errors", "nvlink_link_errors")
+        for link in range(18)
+        for c in range(4)
+    },
     # asked of the other GPU: PEER stands for its index (see recorded_key)
     "nvmlDeviceGetP2PStatus(PEER,2)": ("nvlink_peers",),
     "nvmlDeviceGetComputeMode": ("compute_mode",),
@@ -203,7 +209,11 @@ def check_gpu_call_fault(gpu: int, call: str, kind: str) -> list[str]:
                 ok = got == fallback[2]  # an older driver: the older call answers
             elif link_absent:
                 # that link does not exist on this GPU: one fewer, the same peers through the others
-                ok = got == (want[field] if field in ("nvlink_peers", "nvlink_errors") else want[field] - 1)
+                if field == "nvlink_link_errors":  # that link's counters are not read
+                    absent = int(call.split("(")[1].rstrip(")"))
+                    ok = got == [e for e in want[field] if e["link"] != absent]
+                else:
+                    ok = got == (want[field] if field in ("nvlink_peers", "nvlink_errors") else want[field] - 1)
             else:
                 ok = isinstance(got, Unavailable) and got.reason == reason and call.split("(")[0] in got.detail
                 if reason == "error" or reason == "timeout" or reason == "driver_not_loaded":

@@ -11,7 +11,7 @@ from .errors import UserError
 from .options import ProbeOptions
 
 
-def start_collect(probe: ProbeOptions) -> Any:
+def start_collect(probe: ProbeOptions, sample_s: float | None = None) -> Any:
     """Validate the probe options and start probing (NVML is forked at once); `.finish()` gives the facts."""
     for label, path in (
         ("--root", probe.root),
@@ -33,6 +33,7 @@ def start_collect(probe: ProbeOptions) -> Any:
         timeout=probe.timeout,
         nvml_timeout=probe.nvml_timeout,
         torch_import=probe.torch_import,
+        sample_s=sample_s or 0.0,
     )
     return start_collection(ctx)
 
@@ -61,6 +62,31 @@ def load_facts_file(path: str) -> dict[str, Any]:
         return load_snapshot(path)
     except SnapshotError as exc:
         raise UserError(str(exc)) from None
+
+
+def load_previous_file(previous_file: str | None) -> dict[str, Any] | None:
+    """The --previous snapshot (None when not given), read before anything is probed; a file that
+    is no snapshot is a UserError (exit 2)."""
+    if not previous_file:
+        return None
+    from ..facts import SnapshotError
+    from ..model.counter_rates import load_previous
+
+    try:
+        return load_previous(previous_file)
+    except SnapshotError as exc:
+        raise UserError(str(exc)) from None
+
+
+def with_previous(facts: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The facts with counter_rates against the previous snapshot, when one was given. Snapshots
+    that cannot be compared (another boot, an older gpudoctor) give rates that are unavailable,
+    with the reason; never an error."""
+    if previous is None:
+        return facts
+    from ..model.counter_rates import from_previous
+
+    return {**facts, "counter_rates": from_previous(previous, facts)}
 
 
 def load_ruleset(rule_dirs: Sequence[str], builtin: bool = True, gate: bool = False) -> Any:

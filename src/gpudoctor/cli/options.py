@@ -157,6 +157,50 @@ def _for_mode(mode: str, help: str) -> str:
     return f"{mode}: {help[:1].lower()}{help[1:]}" if mode else help
 
 
+# --- counter rates (check, gate) ---------------------------------------------------------------
+
+# --sample at most this long: a pre-job check, not a monitor.
+MAX_SAMPLE_S = 60.0
+
+
+def previous_option(f: Any) -> Any:
+    """--previous FILE (as `previous_file`): a snapshot to compare the error counters with."""
+    return click.option(
+        "--previous",
+        "previous_file",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="Compare the NVLink and RDMA error counters with this earlier snapshot of the same boot "
+        "(gpudoctor probe -o FILE) and judge their rise per hour.",
+    )(f)
+
+
+def sample_option(f: Any) -> Any:
+    """--sample SECONDS (as `sample_s`): read the error counters twice, SECONDS apart (live runs)."""
+    return click.option(
+        "--sample",
+        "sample_s",
+        type=FiniteFloat(min=0, min_open=True, max=MAX_SAMPLE_S),
+        metavar="SECONDS",
+        help=f"Read the NVLink and RDMA error counters twice, SECONDS apart (at most {MAX_SAMPLE_S:g}, "
+        "less than --timeout), and judge their rise per hour; not with --facts.",
+    )(f)
+
+
+def check_rate_options(
+    facts_file: str | None, previous_file: str | None, sample_s: float | None, timeout: float
+) -> None:
+    """The usage errors of --previous and --sample (exit status 2)."""
+    from .errors import UserError
+
+    if sample_s is not None and facts_file:
+        raise UserError("--sample reads this machine's counters twice; it cannot be combined with --facts")
+    if sample_s is not None and previous_file:
+        raise UserError("--sample and --previous each give the counter rates; give one of them")
+    if sample_s is not None and sample_s >= timeout:
+        raise UserError(f"--sample {sample_s:g} must be shorter than the run's deadline (--timeout {timeout:g})")
+
+
 # --- where and how to probe -----------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from ..schemas import load_schema
 GATE_SECTIONS = ("policy", "device_test", "allreduce")
 SECTIONS = (
     "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "toolkit", "torch", "nvml", "kernel_log",
-    "bench", *GATE_SECTIONS,
+    "bench", "counter_rates", *GATE_SECTIONS,
 )
 
 
@@ -98,6 +98,14 @@ def subject_schema(kind: str) -> dict[str, Any]:
                     "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/bench_gpu"}],
                     "description": "this GPU's `gpudoctor bench` results (by bus id); not_found without a bench",
                 },
+                "nvlink_rates": {
+                    "anyOf": [
+                        {"$ref": "#/$defs/unavailable"},
+                        {"type": "array", "items": {"$ref": "#/$defs/counter_rate"}},
+                    ],
+                    "description": "this GPU's entries of counter_rates.nvlink (by UUID): per active link and "
+                    "counter, the growth between two reads; not_found without --previous or --sample",
+                },
                 "device_test": {
                     "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/device_test_gpu"}],
                     "description": "this GPU's `gate --deep` results (by UUID, bus id or index); "
@@ -128,6 +136,14 @@ def subject_schema(kind: str) -> dict[str, Any]:
                 "gpus": {
                     "type": "array",
                     "description": "labels of the GPUs whose nearest RDMA NIC this is (the pairing `topo` shows)",
+                },
+                "rates": {
+                    "anyOf": [
+                        {"$ref": "#/$defs/unavailable"},
+                        {"type": "array", "items": {"$ref": "#/$defs/counter_rate"}},
+                    ],
+                    "description": "this port's entries of counter_rates.rdma (by device and port): per error "
+                    "counter, the growth between two reads; not_found without --previous or --sample",
                 },
                 "peer_max_rate_gbps": {
                     "anyOf": [{"$ref": "#/$defs/unavailable"}, {"type": "number"}],

@@ -72,7 +72,40 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append(subject)
     _attach_bench(facts, gpus, out)
     _attach_device_test(facts, gpus, out)
+    _attach_nvlink_rates(facts, out)
     return out
+
+
+_NO_GPU_RATES = Unavailable("not_found", "no counter rates for this GPU")
+_NO_PORT_RATES = Unavailable("not_found", "no counter rates for this port")
+_NO_RATES = Unavailable("not_found", "no counter rates (check or gate --previous FILE or --sample SECONDS)")
+
+
+def _rates_list(facts: Mapping[str, Any], group: str) -> list[Any] | Unavailable:
+    """counter_rates.<group> (nvlink or rdma): its entries, or why there are none."""
+    section = facts.get("counter_rates")
+    if isinstance(section, Unavailable):
+        return section
+    if not isinstance(section, Mapping):
+        return _NO_RATES
+    entries = section.get(group, _NO_RATES)
+    return entries if isinstance(entries, (list, Unavailable)) else _NO_RATES
+
+
+def _attach_nvlink_rates(facts: Mapping[str, Any], subjects: list[dict[str, Any]]) -> None:
+    """Each GPU's NVLink counter rates (counter_rates.nvlink, by UUID) as gpu.nvlink_rates."""
+    entries = _rates_list(facts, "nvlink")
+    by_uuid = {
+        e.get("uuid"): e.get("rates")
+        for e in _list(entries)
+        if isinstance(e, Mapping) and isinstance(e.get("uuid"), str)
+    }
+    for subject in subjects:
+        if isinstance(entries, Unavailable):
+            subject["nvlink_rates"] = entries
+            continue
+        rates = by_uuid.get(subject.get("uuid"))
+        subject["nvlink_rates"] = rates if isinstance(rates, (list, Unavailable)) else _NO_GPU_RATES
 
 
 def _bus_text(gpu: Gpu) -> str:
@@ -219,6 +252,7 @@ def rdma_port_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
             )
             out.append(subject)
+    _attach_port_rates(facts, out)
     best: dict[Any, Any] = {}
     for s in out:
         rate = s.get("rate_gbps")
@@ -233,6 +267,20 @@ def rdma_port_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         else:
             s["peer_max_rate_gbps"] = Unavailable("not_found", "no active port of this NIC model and link layer")
     return out
+
+
+def _attach_port_rates(facts: Mapping[str, Any], subjects: list[dict[str, Any]]) -> None:
+    """Each port's counter rates (counter_rates.rdma, by device and port) as port.rates."""
+    entries = _rates_list(facts, "rdma")
+    by_key = {
+        (e.get("device"), e.get("port")): e.get("rates") for e in _list(entries) if isinstance(e, Mapping)
+    }
+    for subject in subjects:
+        if isinstance(entries, Unavailable):
+            subject["rates"] = entries
+            continue
+        rates = by_key.get((subject.get("device"), subject.get("port")))
+        subject["rates"] = rates if isinstance(rates, (list, Unavailable)) else _NO_PORT_RATES
 
 
 def subjects_for(

@@ -53,6 +53,12 @@ class FactView:
         return f"<facts {self._path}>"
 
 
+def unrecorded(value: Any) -> Any:
+    """The data behind a view, for a helper that scans many entries to pick a few: what it reads
+    this way is not evidence; it reads the entries it picks through the view, so they are."""
+    return value._data if isinstance(value, FactView) else value
+
+
 def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
     if type(value) in PLAIN_TYPES:  # most facts: no slower abstract-class checks
         reads.append((path, value))

@@ -28,8 +28,13 @@ def run(
     rule_dirs: Sequence[str] = (),
     builtin_rules: bool = True,
     deep_devices: Sequence[int] | None = None,
+    previous_file: str | None = None,
+    sample_s: float | None = None,
 ) -> GateReport:
-    """Gate this machine (or a snapshot) under the policy's deadline. Raises GateError when it cannot run."""
+    """Gate this machine (or a snapshot) under the policy's deadline. Raises GateError when it cannot run.
+
+    ``previous_file`` (a snapshot of the same boot) or ``sample_s`` (two reads of this machine, that
+    many seconds apart) add the error counters' rates (the counter_rates section) for the rules."""
     import os
 
     started = time.monotonic()
@@ -44,6 +49,19 @@ def run(
             raise GateError(f"{label} {path}: no such directory")
     if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise GateError(f"--python {python}: not an executable file")
+    if sample_s is not None and (facts_file or previous_file or not 0 < sample_s < policy.deadline_s):
+        raise GateError(
+            "--sample reads this machine's counters twice, for less than the deadline; not with --facts or --previous"
+        )
+    previous = None
+    if previous_file:
+        from ..facts import SnapshotError
+        from ..model.counter_rates import load_previous
+
+        try:
+            previous = load_previous(previous_file)
+        except SnapshotError as exc:
+            raise GateError(str(exc)) from None
 
     deep_run = None
     collection = None
@@ -74,6 +92,7 @@ def run(
                 timeout=policy.deadline_s,
                 nvml_timeout=nvml_timeout,
                 torch_import=torch_import,
+                sample_s=sample_s or 0.0,
             )
             collection = start_collection(ctx)
         ruleset = load_gate_rules(rule_dirs, builtin_rules)
@@ -97,6 +116,10 @@ def run(
             deep_run.cancel("the gate stopped before the device test finished")
         raise
 
+    if previous is not None:
+        from ..model.counter_rates import from_previous
+
+        facts = {**facts, "counter_rates": from_previous(previous, facts)}
     deep_result = None
     if deep_run is not None:
         nvml = facts.get("nvml")
@@ -151,6 +174,8 @@ def gate(
     root: str | None = None,
     python: str | None = None,
     rules: Sequence[str] = (),
+    previous: str | None = None,
+    sample: float | None = None,
     raise_on_no_go: bool = True,
 ) -> GateReport:
     """Gate this machine from Python (a job script) and return the report.
@@ -159,6 +184,8 @@ def gate(
     arguments override it, as the command-line flags do. On no-go raises :class:`GateFailed`
     (``.findings``, ``.report``) unless ``raise_on_no_go=False``; raises :class:`GateError`
     when the gate cannot run (bad policy, bad snapshot). Never hangs past ``timeout``.
+    ``previous`` (an earlier snapshot of this boot) or ``sample`` (seconds between two reads of
+    this machine) also judge how fast the NVLink and RDMA error counters rise.
     """
     if policy is None:
         base = Policy()
@@ -184,7 +211,16 @@ def gate(
     )
     if effective.fail_on not in (Severity.ERROR, Severity.WARNING):
         raise PolicyError("fail_on must be error or warning")
-    report = run(effective, facts_file=facts, root=root, python=python, nvml_timeout=nvml_timeout, rule_dirs=rules)
+    report = run(
+        effective,
+        facts_file=facts,
+        root=root,
+        python=python,
+        nvml_timeout=nvml_timeout,
+        rule_dirs=rules,
+        previous_file=previous,
+        sample_s=sample,
+    )
     if raise_on_no_go and not report.go:
         raise GateFailed(report)
     return report

@@ -63,6 +63,8 @@ class Collection:
         self.meta_probes: dict[str, Any] = {}
         self.sections: dict[str, Any] = {}
         self.timeouts: list[str] = []  # details of what did not answer in time, in order
+        self.rdma_read_at: float | None = None  # when the rdma probe ran (--sample reads it again)
+        self.nvml_samples: dict[int, Any] | Unavailable | None = None
         t0 = time.monotonic()
         try:
             self._nvml: Any = nvml.start(ctx)
@@ -99,6 +101,8 @@ class Collection:
         # probe (torch's interpreter too, when one is started) overlaps its latency, and its own
         # deadline, fixed when it was forked, holds whatever they took.
         for name, collect in _collectors().items():
+            if name == "rdma":
+                self.rdma_read_at = time.monotonic()
             self._run(name, collect, bounded=name in FILE_ONLY)
         if self._nvml is not None:
             self._finish_nvml()
@@ -114,7 +118,12 @@ class Collection:
             "duration_s": round(time.monotonic() - self.started, 4),
             "probes": {name: self.meta_probes[name] for name in ORDER if name in self.meta_probes},
         }
-        return make_snapshot({name: self.sections[name] for name in ORDER if name in self.sections}, meta)
+        sections = {name: self.sections[name] for name in ORDER if name in self.sections}
+        if self.ctx.sample_s > 0:
+            from .sampling import sample_rates
+
+            sections["counter_rates"] = sample_rates(self.ctx, sections, self.nvml_samples, self.rdma_read_at)
+        return make_snapshot(sections, meta)
 
     def abort(self) -> None:
         """The caller will not finish (e.g. a bad rule file): stop the NVML child, leave nothing behind."""
@@ -127,6 +136,11 @@ class Collection:
         # Its deadline was fixed when it was forked, within the run's: collected even when the run's
         # deadline has passed, so an answer already in the pipe is kept and the child is reaped.
         self._run("nvml", lambda _ctx: pending.result(), bounded=True)
+        if self.ctx.sample_s > 0:
+            outcome = pending.child.outcome
+            self.nvml_samples = (
+                pending.samples() if outcome is None else Unavailable(outcome[0], f"the second NVML read: {outcome[1]}")
+            )
         # NVML ran in the background since the start: report its wall time, not the wait
         self.meta_probes["nvml"]["duration_s"] = round(time.monotonic() - self._nvml_started, 4)
 

@@ -7,6 +7,8 @@ Reads (all through the context root):
 - ``/sys/devices/system/cpu/online``, ``/proc/meminfo`` (MemTotal)
 - ``/proc/self/status`` (Cpus_allowed_list, Mems_allowed_list), ``/proc/self/limits`` (Max locked memory)
 - ``/proc/uptime`` (seconds since boot: the time base for counters that start at boot)
+- ``/proc/sys/kernel/random/boot_id`` (this boot's random id: two snapshots with the same one are of
+  one boot, so counters since boot can be compared; Documentation/admin-guide/sysctl/kernel.rst)
 - ``/proc/self/cgroup`` and ``/sys/fs/cgroup/.../cpuset.cpus.effective`` (v2) or
   ``/sys/fs/cgroup/cpuset/.../cpuset.effective_cpus|cpuset.cpus`` (v1)
 - ``/.dockerenv``, ``/run/.containerenv``, ``/proc/1/cgroup``, ``/proc/self/mountinfo`` (container signs)
@@ -104,8 +106,20 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
         "memlock_soft_bytes": memlock_soft,
         "memlock_hard_bytes": memlock_hard,
         "uptime_s": read_parsed(ctx, "/proc/uptime", lambda text: float(text.split()[0])),
+        "boot_id": read_parsed(ctx, "/proc/sys/kernel/random/boot_id", parse_boot_id),
         "env": gpu_env(ctx.env) if ctx.live else _bounded(gpu_env(ctx.env)),
     }
+
+
+_BOOT_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def parse_boot_id(text: str) -> str:
+    """The kernel's boot id, a UUID in lower case ("6f2c...-..."); raises ValueError."""
+    value = text.strip().lower()
+    if not _BOOT_ID_RE.match(value):
+        raise ValueError("not a UUID")
+    return value
 
 
 def gpu_env(env: Mapping[str, str]) -> dict[str, str]:

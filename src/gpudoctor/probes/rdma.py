@@ -4,6 +4,8 @@ and whether the verbs device files a job opens are there.
 Reads (all through the context root):
 
 - ``/sys/class/infiniband/<dev>/device``: the PCI function (its bus id, ``numa_node``)
+- ``/sys/class/infiniband/<dev>/node_guid``: the device's GUID ("xxxx:xxxx:xxxx:xxxx"), which tells
+  one NIC from another put in its place between two snapshots
 - ``/sys/class/infiniband/<dev>/ports/<n>/``: ``state``, ``phys_state``, ``rate``, ``link_layer``,
   ``counters/{link_downed,symbol_error,port_rcv_errors,excessive_buffer_overrun_errors}``,
   ``gids/<i>`` (only until the first GID that is not all zero)
@@ -39,6 +41,7 @@ COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "excessive_buffer_
 _STATE_RE = re.compile(r"^(\d{1,3}):\s{0,4}(\S(?:.{0,62}\S)?)$")
 _RATE_RE = re.compile(r"^(\d{1,6})(\.5)?\s{1,4}Gb/sec\b")
 _BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_GUID_RE = re.compile(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){3}$")
 _GID_RE = re.compile(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){7}$")
 
 
@@ -48,6 +51,14 @@ def parse_state(text: str) -> str:
     if not match:
         raise ValueError("not '<number>: <name>'")
     return match.group(2)
+
+
+def parse_guid(text: str) -> str:
+    """A node GUID as the kernel prints it ("0c42:a103:0045:6f80"), lower case; raises ValueError."""
+    value = text.strip().lower()
+    if not _GUID_RE.match(value):
+        raise ValueError("not four groups of four hex digits")
+    return value
 
 
 def parse_rate(text: str) -> int | float:
@@ -96,7 +107,13 @@ def _device(ctx: ProbeContext, name: str) -> dict[str, Any]:
     else:
         numbers = sorted(int(p) for p in ports if p.isdigit() and len(p) <= 4)
         port_list = [_port(ctx, f"{base}/ports/{n}", n) for n in numbers[:MAX_PORTS]]
-    return {"name": name, "bus_id": bus_id, "numa_node": numa_node, "ports": port_list}
+    return {
+        "name": name,
+        "bus_id": bus_id,
+        "numa_node": numa_node,
+        "node_guid": read_parsed(ctx, f"{base}/node_guid", parse_guid),
+        "ports": port_list,
+    }
 
 
 def _port(ctx: ProbeContext, base: str, number: int) -> dict[str, Any]:

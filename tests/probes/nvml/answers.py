@@ -82,6 +82,9 @@ GPU0 = {
     "nvlink_active": 18,
     "nvlink_peers": [1],
     "nvlink_errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
+    "nvlink_link_errors": [
+        {"link": link, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for link in range(18)
+    ],
     "compute_mode": "default",
     "cpu_affinity": list(range(0, 16)) + list(range(32, 48)),
     "memory_affinity": [0],

@@ -7,16 +7,26 @@ import sys
 import click
 
 from ..errors import UserError
-from ..load import load_facts_file, load_ruleset, refuse_probe_options_with_facts, start_collect
+from ..load import (
+    load_facts_file,
+    load_previous_file,
+    load_ruleset,
+    refuse_probe_options_with_facts,
+    start_collect,
+    with_previous,
+)
 from ..options import (
     ProbeOptions,
+    check_rate_options,
     color_option,
     facts_option,
     fail_on_option,
     format_option,
     output_option,
+    previous_option,
     root_options,
     rule_dir_options,
+    sample_option,
 )
 from ..output import coloured, style_for, write_output
 from ..registry import EXIT_HELP, help_text
@@ -31,6 +41,8 @@ from ..registry import EXIT_HELP, help_text
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
 @fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
 @click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
+@previous_option
+@sample_option
 @color_option
 @root_options
 def command(
@@ -43,19 +55,23 @@ def command(
     skip: tuple[str, ...],
     fail_on: str,
     verbose: bool,
+    previous_file: str | None,
+    sample_s: float | None,
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
     import time
 
     deadline = time.monotonic() + probe.timeout
+    check_rate_options(facts_file, previous_file, sample_s, probe.timeout)
     if facts_file:
         refuse_probe_options_with_facts(probe)
+    previous = load_previous_file(previous_file)
     # Probing starts first, before the rule engine is even imported, so that NVML's start-up in
     # its child overlaps importing the engine and loading the rules.
     collection = None
     if not facts_file:
-        collection = start_collect(probe)
+        collection = start_collect(probe, sample_s)
     try:
         from ...engine.runner import judging_deadline, run_rules, select, unknown_selectors
         from ...findings import Report, Severity
@@ -76,6 +92,7 @@ def command(
     else:
         facts = collection.finish()
         origin = probe.origin
+    facts = with_previous(facts, previous)
     rules = select(ruleset.rules, only, skip)
     report = Report(
         findings=run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline)),

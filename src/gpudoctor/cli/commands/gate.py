@@ -11,14 +11,17 @@ from ..errors import UserError
 from ..options import (
     FiniteFloat,
     ProbeOptions,
+    check_rate_options,
     color_option,
     facts_option,
     fail_on_option,
     format_option,
     given,
     min_free_memory_option,
+    previous_option,
     root_options,
     rules_option,
+    sample_option,
 )
 from ..output import coloured, style_for, write_output
 from ..registry import help_text
@@ -138,6 +141,8 @@ torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
+@previous_option
+@sample_option
 @color_option
 @root_options
 @click.pass_context
@@ -166,6 +171,8 @@ def command(
     distributed: bool,
     min_busbw: float | None,
     verbose: bool,
+    previous_file: str | None,
+    sample_s: float | None,
     color: bool | None,
     probe: ProbeOptions,
 ) -> None:
@@ -191,6 +198,7 @@ def command(
         )
     except GateError as exc:
         raise UserError(str(exc)) from None
+    check_rate_options(facts_file, previous_file, sample_s, policy.deadline_s)
     run_options: dict[str, Any] = {
         "facts_file": facts_file,
         "root": probe.root,
@@ -200,6 +208,8 @@ def command(
         "torch_import": probe.torch_import,
         "nvml_timeout": probe.nvml_timeout,
         "rule_dirs": rule_dirs,
+        "previous_file": previous_file,
+        "sample_s": sample_s,
     }
     if distributed:
         if junit_path or prometheus_path or nfd_path or fmt != "text":

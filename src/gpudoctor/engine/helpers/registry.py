@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ...facts import Unavailable
 from ...model.spec_match import match_row, pci_id_of
 from ..views import FactUnavailable
-from . import devices, values, versions
+from . import devices, rates, values, versions
 from .common import as_int, cut, field_or_none, shown, small_int
 
 STATIC: dict[str, Callable[..., Any]] = {
@@ -54,6 +54,9 @@ STATIC: dict[str, Callable[..., Any]] = {
     "env_set": values.env_set,
     "os_support_problem": devices.os_support_problem,
     "round": values.bounded_round,
+    "rising": rates.rising,
+    "rates_text": rates.rates_text,
+    "resets": rates.resets,
 }
 
 # Bound per run (see bind) or evaluated specially (available: is the fact known?).

@@ -80,6 +80,7 @@ def make_plan(ctx: ProbeContext, mode: str = "probe") -> dict[str, Any]:
         "replay": str(ctx.nvml_replay) if ctx.nvml_replay is not None else None,
         "cpu_words": _mask_words(ctx, "/sys/devices/system/cpu/possible", os.cpu_count() or 64),
         "node_words": _mask_words(ctx, "/sys/devices/system/node/possible", 1),
+        "sample_s": ctx.sample_s if mode == "probe" else 0.0,
     }
 
 
@@ -88,7 +89,9 @@ class PendingNvml:
     about 90 ms on a 2 x H200 host) can overlap other probes; :meth:`result` collects it."""
 
     def __init__(self, ctx: ProbeContext) -> None:
-        timeout = ctx.budget(ctx.nvml_timeout)
+        # with --sample the child waits that long and reads the NVLink counters again: one child,
+        # one deadline, grown by the wait
+        timeout = ctx.budget(ctx.nvml_timeout + ctx.sample_s)
         adopted = _take_prestarted(ctx, timeout)
         if adopted is not None:
             self.sink, self.child = adopted
@@ -98,6 +101,10 @@ class PendingNvml:
 
     def result(self) -> dict[str, Any]:
         return self.sink.result(self.child.wait())
+
+    def samples(self) -> dict[int, tuple[Any, float]]:
+        """With --sample: each GPU's second read of nvlink_link_errors and the seconds since its first."""
+        return dict(self.sink.samples)
 
     def cancel(self) -> None:
         self.child.cancel()
@@ -141,7 +148,7 @@ def _take_prestarted(ctx: ProbeContext, timeout: float) -> tuple[Assembler, Pend
         return None
     sink, child = _PRESTARTED.pop()
     wanted = time.monotonic() + timeout
-    if ctx.live and ctx.nvml_replay is None and wanted - 1.0 <= child.deadline <= wanted:
+    if ctx.live and ctx.nvml_replay is None and not ctx.sample_s and wanted - 1.0 <= child.deadline <= wanted:
         return sink, child
     child.cancel()
     return None

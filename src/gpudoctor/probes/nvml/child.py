@@ -19,6 +19,7 @@ stuck in the kernel (D state) is never waited on (gpudoctor.children reaps it in
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -79,6 +80,9 @@ class _PipeSink:
     def recording(self, answers: dict[str, Any]) -> None:
         self._add("recording", answers=answers)
 
+    def sample(self, index: int, value: Any, seconds: float) -> None:
+        self._add("sample", flush=True, index=index, value=to_jsonable(value), seconds=seconds)
+
     def crashed(self, detail: str) -> None:
         self._add("error", flush=True, detail=detail)
 
@@ -106,6 +110,11 @@ def dispatch(line: bytes, sink: Assembler) -> None:
             sink.init_failed(*(str(event[k]) for k in ("status", "error", "reason", "detail")))
         elif kind == "recording":
             sink.recording(event["answers"])
+        elif kind == "sample":
+            seconds = float(event["seconds"])
+            if not math.isfinite(seconds) or seconds <= 0:
+                raise ValueError(f"sample seconds {seconds!r}")
+            sink.sample(int(event["index"]), from_jsonable(event["value"]), seconds)
         elif kind == "error":
             sink.crashed(str(event["detail"]))
         elif kind == "end":
@@ -161,6 +170,12 @@ def child_main(plan: dict[str, Any], fd: int) -> None:
                 recorder = RecordingBackend(backend, scrub=bool(plan.get("scrub", True)))
                 read_nvml(recorder, sink, cpu_words, node_words)
                 sink.recording(recorder.answers())
+            elif float(plan.get("sample_s") or 0) > 0:
+                from .resample import FirstRead, read_again
+
+                first = FirstRead(sink)
+                read_nvml(backend, first, cpu_words, node_words)
+                read_again(backend, sink, first, float(plan["sample_s"]))
             else:
                 read_nvml(backend, sink, cpu_words, node_words)
         sink.finished()

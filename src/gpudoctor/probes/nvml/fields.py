@@ -82,7 +82,7 @@ GPU_FIELDS = (
     "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed",
     "mig_enabled", "mig_pending_enabled", "recovery_action",
-    "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "compute_mode",
+    "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "nvlink_link_errors", "compute_mode",
     "cpu_affinity", "memory_affinity", "numa_node_id", "utilization_gpu_pct", "processes",
 )
 SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version", "device_count")
@@ -197,17 +197,27 @@ def _recovery_action(r: GpuReader) -> Any:
     return RECOVERY_ACTIONS.get(action, f"unknown_{action}")
 
 
-def _nvlink_errors(r: GpuReader, active_links: list[int]) -> Any:
-    """Each error counter summed over the active links (counts since the driver loaded)."""
-    totals = dict.fromkeys(NVLINK_ERROR_COUNTERS, 0)
+def nvlink_link_errors(r: GpuReader, active_links: list[int]) -> Any:
+    """Each active link's error counters (counts since the driver loaded), in link order:
+    [{"link": 0, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}, ...]."""
+    out: list[dict[str, int]] = []
     for link in active_links:
+        entry = {"link": link}
         for name, counter in NVLINK_ERROR_COUNTERS.items():
             value = converted(r.call("nvmlDeviceGetNvLinkErrorCounter", link, counter), int,
                               "nvmlDeviceGetNvLinkErrorCounter")
             if isinstance(value, Unavailable):
                 return value
-            totals[name] += value
-    return totals
+            entry[name] = value
+        out.append(entry)
+    return out
+
+
+def _nvlink_errors(per_link: Any) -> Any:
+    """Each error counter summed over the active links."""
+    if isinstance(per_link, Unavailable):
+        return per_link
+    return {name: sum(entry[name] for entry in per_link) for name in NVLINK_ERROR_COUNTERS}
 
 
 def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -> None:
@@ -312,11 +322,13 @@ def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -
         r.put("nvlink_peers", _nvlink_peers(r, count) if active else [])
     r.check_lost()
     if failure is not None:
-        r.put("nvlink_errors", failure)
+        per_link: Any = failure
     elif not links:
-        r.put("nvlink_errors", Unavailable("not_supported", "the GPU has no NVLink links"))
+        per_link = Unavailable("not_supported", "the GPU has no NVLink links")
     else:
-        r.put("nvlink_errors", _nvlink_errors(r, active))
+        per_link = nvlink_link_errors(r, active)
+    r.put("nvlink_errors", _nvlink_errors(per_link))
+    r.put("nvlink_link_errors", per_link)
     r.check_lost()
 
     r.field("compute_mode", "nvmlDeviceGetComputeMode",

@@ -24,6 +24,8 @@ class Assembler:
         self.answers: dict[str, Any] | None = None
         self.crash: str | None = None
         self.complete = False
+        # --sample: GPU index -> (second read of nvlink_link_errors, seconds after the first)
+        self.samples: dict[int, tuple[Any, float]] = {}
 
     # Sink interface
     def calling(self, call: str, gpu: int | None) -> None:
@@ -46,6 +48,9 @@ class Assembler:
 
     def recording(self, answers: dict[str, Any]) -> None:
         self.answers = answers
+
+    def sample(self, index: int, value: Any, seconds: float) -> None:
+        self.samples[index] = (value, seconds)
 
     def crashed(self, detail: str) -> None:
         self.crash = detail

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .inputs import InputError, load_yaml_file
 from .schemas import validate
@@ -55,3 +55,26 @@ def load_tables(directory: Path) -> dict[str, Any]:
         rows = {str(k): v for k, v in data["rows"].items()}
         tables[name] = {**data, "rows": rows, "path": str(path)}
     return tables
+
+
+MAX_DEVICE_ID_CHARS = 10  # "0x" and at most 8 hex digits: a longer string is no PCI device id
+
+
+def architecture_of_device(tables: Mapping[str, Any], device_id: str) -> str | None:
+    """The architecture of an NVIDIA PCI device id ("0x2335" → "hopper") from the nvidia_pci_ids
+    table of device-id ranges; None when the id is no hex number or in no range."""
+    text = device_id.strip().lower()
+    if len(text) > MAX_DEVICE_ID_CHARS:
+        return None
+    try:
+        number = int(text, 16)
+    except ValueError:
+        return None
+    for key, row in tables.get("nvidia_pci_ids", {}).get("rows", {}).items():
+        low, _, high = str(key).partition("-")
+        try:
+            if int(low, 16) <= number <= int(high, 16):
+                return str(row["architecture"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None

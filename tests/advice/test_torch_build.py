@@ -48,6 +48,9 @@ def machine(
         if driver:
             facts["nvml"]["driver_version"] = driver
     facts["modules"]["nvidia_version"] = driver if driver else Unavailable("not_found", "no nvidia module")
+    if not driver:  # nothing installed either: no module on disk, no user-space library
+        facts["modules"]["nvml_library_version"] = Unavailable("not_found", "no libnvidia-ml")
+        facts.setdefault("kernel_modules", {})["nvidia_installed_version"] = Unavailable("not_found", "no module")
     facts["host"]["python_version"] = python
     facts["rocm"]["gfx_targets"] = list(amd_gfx) if amd_gfx else Unavailable("not_found", "no KFD")
     facts["torch"] = torch if torch is not None else {"installed": False}
@@ -68,7 +71,12 @@ def test_pascal_gtx_1080_ti_gets_cu126_not_the_cuda_13_default():
     assert rec.release == "2.14" and rec.torch_version == "2.14.1"
     assert "no kernels for sm_61" in verdict(rec, "cu130").reason
     assert rec.argvs()["pip"] == [
-        "pip", "install", "torch==2.14.1", "torchvision==0.29.1", "--index-url", "https://download.pytorch.org/whl/cu126"
+        "pip",
+        "install",
+        "torch==2.14.1",
+        "torchvision==0.29.1",
+        "--index-url",
+        "https://download.pytorch.org/whl/cu126",
     ]
 
 
@@ -267,6 +275,29 @@ def test_unknown_driver_is_not_a_filter_but_a_stated_requirement():
     rec = recommend(machine([("H100", "9.0")], driver=None), tables=small_table("8.0;9.0"))
     assert rec.variant == "cu128" and rec.working
     assert any("needs an NVIDIA driver ≥ 525.60.13" in w for w in rec.warnings)
+
+
+def test_with_no_module_loaded_the_installed_driver_is_read_from_disk_then_the_library():
+    facts = machine([("H100", "9.0")], driver=None)
+    facts["modules"]["nvml_library_version"] = "570.124.06"
+    inputs = gather_inputs(facts)
+    assert inputs.driver == "570.124.06" and inputs.driver_source.startswith("modules.nvml_library_version")
+    facts["kernel_modules"]["nvidia_installed_version"] = "575.57.08"
+    inputs = gather_inputs(facts)
+    assert inputs.driver == "575.57.08" and inputs.driver_source.startswith("kernel_modules.nvidia_installed_version")
+
+
+def test_a_gpu_nvml_does_not_list_is_judged_at_its_architectures_lowest_capability():
+    facts = machine([], nvml_down=True)
+    facts["pci"]["devices"] = [
+        {"bus_id": "0000:18:00.0", "kind": "gpu", "vendor": "nvidia", "class_code": "0x030200", "device_id": "0x15f8"}
+    ]
+    inputs = gather_inputs(facts)  # a Tesla P100 (Pascal: 6.0, 6.1, 6.2): CUDA 13 builds have no kernels for it
+    assert inputs.ccs == ["6.0"]
+    assert any("taken as 6.0, the lowest of pascal" in note for note in inputs.notes)
+    facts["pci"]["devices"][0]["device_id"] = "0x2b85"  # RTX 5090: Blackwell spans 10.x and 12.x, no guess
+    assert gather_inputs(facts).ccs == [] or gather_inputs(facts).cc_unknown
+    assert gather_inputs(facts, Overrides(compute_capabilities=["12.0"])).ccs == ["12.0"]
 
 
 def test_unknown_python_is_said_and_an_override_settles_it():

@@ -8,6 +8,7 @@ does not fit is treated as unknown (with a note) or refused (TorchAdviceError).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -108,6 +109,35 @@ def _why_unavailable(value: Any) -> str:
     return "not recorded"
 
 
+@functools.lru_cache(maxsize=1)
+def _builtin_tables() -> dict[str, Any]:
+    from ..tables import builtin_rules_dir, load_tables
+
+    return load_tables(builtin_rules_dir() / "data")
+
+
+def _cc_of_architecture(subject: Mapping[str, Any], chosen: dict[str, str]) -> str | None:
+    """The compute capability a GPU NVML does not list is judged at: the lowest of the architecture
+    its PCI device id names, where all of that architecture's capabilities share one major version
+    (SASS of X.Y runs on X.Z for Z >= Y, so a build that has the lowest has one for each); None for
+    an architecture that spans majors (Blackwell: 10.x and 12.x) or is not in the tables."""
+    from ..tables import architecture_of_device
+
+    pci = subject.get("pci")
+    device = pci.get("device_id") if isinstance(pci, Mapping) else None
+    if not isinstance(device, str):
+        return None
+    tables = _builtin_tables()
+    arch = architecture_of_device(tables, device)
+    row = tables.get("gpu_architectures", {}).get("rows", {}).get(arch or "")
+    ccs = [c for c in (row or {}).get("compute_capabilities") or [] if isinstance(c, str) and CC_RE.fullmatch(c)]
+    if arch is None or not ccs or len({c.split(".")[0] for c in ccs}) != 1:
+        return None
+    lowest = min(ccs, key=lambda c: tuple(int(p) for p in c.split(".")))
+    chosen[arch] = lowest
+    return lowest
+
+
 def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) -> Inputs:
     """Read GPUs, driver, Python and the installed torch from the facts, then apply the overrides."""
     from ..engine.subjects import gpu_subjects
@@ -120,6 +150,7 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
     nvidia: list[dict[str, Any]] = []
     amd = 0
     malformed: list[str] = []
+    from_arch: dict[str, str] = {}  # architecture -> the compute capability it is judged at
     for s in subjects:
         vendor = s.get("vendor")
         if vendor == "nvidia":
@@ -128,6 +159,9 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
             good = isinstance(cc, str) and CC_RE.fullmatch(cc) is not None
             if isinstance(cc, str) and not good:
                 malformed.append(f"{s.get('label')}: {shown_excerpt(cc)}")
+            if cc is None and not o.compute_capabilities:
+                cc = _cc_of_architecture(s, from_arch)
+                good = cc is not None
             nvidia.append(
                 {
                     "label": str(s.get("label")),
@@ -137,6 +171,12 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
             )
         elif vendor == "amd":
             amd += 1
+    for arch, cc in sorted(from_arch.items()):
+        notes.append(
+            f"NVML gives no compute capability for the {arch} GPU(s) (NVML status {status}): it is taken as "
+            f"{cc}, the lowest of {arch} (from the PCI device id); a build with kernels for it runs on every "
+            f"{arch} GPU of that major version. Pass --compute-capability X.Y to be exact"
+        )
     if nvidia and not o.compute_capabilities and not o.no_gpu:
         if malformed:
             notes.append(
@@ -171,31 +211,49 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
             "pass --gpu-arch gfxNNN (rocminfo | grep gfx)"
         )
 
-    # The driver version: NVML's, else the kernel module's; one that is not a version number
-    # (a hostile or corrupt snapshot) counts as unknown, with a note saying so.
+    # The driver version: NVML's, else the loaded kernel module's, else (no module loaded: it
+    # refused the GPUs or was never built for this kernel) the installed one's, on disk or of the
+    # user-space library. One that is not a version number (a hostile or corrupt snapshot) counts
+    # as unknown, with a note saying so.
+    modules = _section(facts, "modules")
+    sources = (
+        (nvml.get("driver_version"), "nvml.driver_version", "", "NVML's"),
+        (modules.get("nvidia_version"), "modules.nvidia_version", "kernel module", "the kernel module's"),
+        (
+            _section(facts, "kernel_modules").get("nvidia_installed_version"),
+            "kernel_modules.nvidia_installed_version",
+            "the module on disk, none loaded",
+            "the module on disk's",
+        ),
+        (
+            modules.get("nvml_library_version"),
+            "modules.nvml_library_version",
+            "libnvidia-ml, no module loaded",
+            "libnvidia-ml's",
+        ),
+    )
     driver: str | None = None
     driver_source = "unknown"
     driver_unknown_why = "NVML did not answer and no nvidia kernel module is loaded"
     bad_driver: list[str] = []
-    raw_nvml = known(nvml.get("driver_version"))
-    raw_module = known(_section(facts, "modules").get("nvidia_version"))
-    if isinstance(raw_nvml, str):
-        driver = driver_version(raw_nvml)
-        driver_source = "nvml.driver_version"
+    for raw, path, what, whose in sources:
+        raw = known(raw)
+        if driver is not None or not isinstance(raw, str):
+            continue
+        driver = driver_version(raw)
+        if not what:
+            driver_source = path
+        else:
+            why = "nvml.driver_version is not a version" if bad_driver else "NVML did not answer"
+            driver_source = f"{path} ({what}; {why})"
         if driver is None:
-            bad_driver.append(f"nvml.driver_version {shown_excerpt(raw_nvml)}")
-    if driver is None and isinstance(raw_module, str):
-        driver = driver_version(raw_module)
-        why_module = "nvml.driver_version is not a version" if bad_driver else "NVML did not answer"
-        driver_source = f"modules.nvidia_version (kernel module; {why_module})"
-        if driver is None:
-            bad_driver.append(f"modules.nvidia_version {shown_excerpt(raw_module)}")
+            bad_driver.append(f"{path} {shown_excerpt(raw)}")
+        elif bad_driver:
+            notes.append(f"{bad_driver[0]} is not a version number: {whose} {driver} is used instead")
     if driver is None:
         driver_source = "unknown"
         if bad_driver:
             driver_unknown_why = "; ".join(f"{bad} is not a version number" for bad in bad_driver)
-    elif bad_driver:
-        notes.append(f"{bad_driver[0]} is not a version number: the kernel module's {driver} is used instead")
     host = _section(facts, "host")
     py_raw = known(host.get("python_version"))
     python = _python_minor(py_raw) if isinstance(py_raw, str) else None

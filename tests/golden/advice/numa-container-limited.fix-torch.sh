@@ -5,8 +5,7 @@
 # note: torch 2.15.0 probably has a fitting cu126 build too (secondary sources only): pip install torch==2.15.0 --index-url https://download.pytorch.org/whl/cu126
 # note: no torchaudio release was published with torch 2.14.1 (the table pins none); left out
 # note: no variant of this release is fully supported by the driver: it runs through minor-version compatibility (some newer CUDA APIs and PTX JIT fail); upgrading the driver lifts that
-# note: the arch list was not checked for every GPU (compute capability unknown)
-# note: NVML is not answering (ok): the compute capability of 2 NVIDIA GPU(s) is unknown, so no wheel's arch list can be checked against them; pass --compute-capability X.Y (one per GPU, see https://developer.nvidia.com/cuda-gpus)
+# note: NVML gives no compute capability for the ampere GPU(s) (NVML status ok): it is taken as 8.0, the lowest of ampere (from the PCI device id); a build with kernels for it runs on every ampere GPU of that major version. Pass --compute-capability X.Y to be exact
 # note: the target Python is unknown (not_found: interpreter not recorded in the fixture root): releases are not filtered by Python; pass --python-version X.Y
 pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126
 # or: uv pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ...facts import Unavailable
 from ...model.spec_match import match_row, pci_id_of
+from ...tables import architecture_of_device
 from ..views import FactUnavailable
 from . import devices, rates, values, versions
 from .common import as_int, cut, field_or_none, shown, small_int
@@ -180,14 +181,9 @@ def bind(tables: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
         pci = field_or_none(gpu, "pci")
         device = field_or_none(pci, "device_id") if pci is not None else None
         if isinstance(device, str):
-            try:
-                number = small_int(device, "PCI device id", 16)
-            except ValueError:
-                number = -1
-            for key, row in tables.get("nvidia_pci_ids", {}).get("rows", {}).items():
-                low, _, high = key.partition("-")
-                if small_int(low, "nvidia_pci_ids key", 16) <= number <= small_int(high, "nvidia_pci_ids key", 16):
-                    return str(row["architecture"])
+            found = architecture_of_device(tables, device)
+            if found is not None:
+                return found
             missing = Unavailable(
                 "not_found", f"PCI device id {cut(device)} is in no range of the nvidia_pci_ids table"
             )

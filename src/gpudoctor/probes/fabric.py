@@ -11,7 +11,8 @@ of an installed package ``nvidia-fabricmanager-<branch>`` or ``nvidia-fabricmana
 ``Version:`` with the epoch and Debian revision taken off: ``550.90.07-1`` is ``550.90.07``).
 The file is several MB on a full host: at most MAX_DPKG_STATUS bytes are read. RPM's database
 (sqlite or Berkeley DB) is not read: on an RPM host the version is not_supported. The fabric
-manager's own log is not parsed (its version line's wording is not documented).
+manager's own log is not parsed (the wording of its version line could not be checked
+against NVIDIA's guide).
 
 Its command interface: a TCP socket in state LISTEN (``0A``, TCP_LISTEN) on port 6666, the
 fabric manager's default FM_CMD_PORT_NUMBER (bound to 127.0.0.1 by FM_CMD_BIND_INTERFACE), in
@@ -55,8 +56,9 @@ _COMM = PROCESS_NAME[: TASK_COMM_LEN - 1]
 MAX_DPKG_STATUS = 32 << 20
 DPKG_STATUS = "/var/lib/dpkg/status"
 PACKAGE_RE = re.compile(r"^nvidia-fabricmanager(?:-\d{1,4})?$")
-# The fabric manager's default command port (FM_CMD_PORT_NUMBER) and the kernel's TCP_LISTEN
-# state as /proc/net/tcp writes it (st column, hex).
+# The fabric manager's default command port (FM_CMD_PORT_NUMBER=6666 in its fabricmanager.cfg, per
+# NVIDIA's Fabric Manager user guide) and the kernel's TCP_LISTEN state (10, include/net/tcp_states.h)
+# as /proc/net/tcp writes it: the st column in hex (Documentation/networking/proc_net_tcp.rst).
 FM_CMD_PORT = 6666
 TCP_LISTEN = "0A"
 # proc/net/tcp read at most: about 150 bytes a socket.
@@ -83,7 +85,8 @@ def fabric_manager(ctx: ProbeContext) -> dict[str, Any]:
 
 
 def upstream_version(version: str) -> str:
-    """A Debian version's upstream part: ``[epoch:]upstream[-revision]`` (Debian Policy 5.6.12)."""
+    """A Debian version's upstream part: ``[epoch:]upstream[-revision]`` (Debian Policy 5.6.12:
+    the epoch ends at the first colon, the revision starts after the last hyphen)."""
     text = version.strip()
     if ":" in text:
         text = text.split(":", 1)[1]

@@ -279,12 +279,15 @@ def test_unknown_driver_is_not_a_filter_but_a_stated_requirement():
 
 def test_with_no_module_loaded_the_installed_driver_is_read_from_disk_then_the_library():
     facts = machine([("H100", "9.0")], driver=None)
+    facts["modules"]["nvidia_loaded"] = False
     facts["modules"]["nvml_library_version"] = "570.124.06"
     inputs = gather_inputs(facts)
     assert inputs.driver == "570.124.06" and inputs.driver_source.startswith("modules.nvml_library_version")
     facts["kernel_modules"]["nvidia_installed_version"] = "575.57.08"
     inputs = gather_inputs(facts)
     assert inputs.driver == "575.57.08" and inputs.driver_source.startswith("kernel_modules.nvidia_installed_version")
+    facts["modules"]["nvidia_loaded"] = True  # loaded, but its version unreadable: the disk does not stand in
+    assert gather_inputs(facts).driver is None
 
 
 def test_a_gpu_nvml_does_not_list_is_judged_at_its_architectures_lowest_capability():

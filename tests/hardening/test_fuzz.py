@@ -259,3 +259,33 @@ VALUES = (
 def test_rule_file_structured(rules: list[dict[str, Any]]) -> None:
     text = yaml.safe_dump(rules, allow_unicode=True)
     fuzzing.check_rule_file(text.encode("utf-8", "surrogatepass"))
+
+
+# --- the fabric manager's dpkg record and proc/net/tcp ---------------------------------------
+
+DPKG_TOKENS = st.sampled_from([
+    "Package: ", "nvidia-fabricmanager", "-550", "Status: ", "install ok installed", "Version: ", "1:", "550.90.07",
+    "-1", "\n", "\n\n", " ", "\t", ":", "\x00", "\u00b2", "9" * 300,
+])
+
+
+@fuzz(200)
+@given(st.lists(DPKG_TOKENS, max_size=40).map("".join) | st.text(max_size=200))
+def test_dpkg_status_any_text(text: str) -> None:
+    from gpudoctor.probes.fabric import parse_dpkg_status
+
+    found = parse_dpkg_status(text)
+    assert found is None or (found[0].startswith("nvidia-fabricmanager") and isinstance(found[1], str))
+
+
+TCP_TOKENS = st.sampled_from(
+    ["0100007F:1A0A", "00000000:0016", ":", "0A", "01", " ", "\n", "   0: ", "x" * 200, "\x00"]
+)
+
+
+@fuzz(200)
+@given(st.lists(TCP_TOKENS, max_size=40).map("".join) | st.text(max_size=200))
+def test_proc_net_tcp_any_text(text: str) -> None:
+    from gpudoctor.probes.fabric import FM_CMD_PORT, _listens
+
+    assert _listens(text.splitlines(), FM_CMD_PORT) in (True, False)

@@ -80,6 +80,9 @@ CALL_FIELDS: dict[str, tuple[str, ...]] = {
         for link in range(18)
         for c in range(4)
     },
+    "nvmlDeviceGetGpuFabricInfoV(3)": (
+        "fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health",
+    ),
     # asked of the other GPU: PEER stands for its index (see recorded_key)
     "nvmlDeviceGetP2PStatus(PEER,2)": ("nvlink_peers",),
     "nvmlDeviceGetComputeMode": ("compute_mode",),

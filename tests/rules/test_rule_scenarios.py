@@ -20,6 +20,11 @@ RULESET = load_rules(include_plugins=False)
 
 GPU0, GPU1 = "0000:18:00.0", "0000:9a:00.0"  # the two H100s of healthy-2gpu and its variants
 HOST = "host"
+# The eight H100 SXM5 of the numa-dgx-8gpu HGX board (and the hosts built on it).
+HGX_GPUS = (
+    "0000:18:00.0", "0000:19:00.0", "0000:3a:00.0", "0000:3b:00.0",
+    "0000:9a:00.0", "0000:9b:00.0", "0000:ba:00.0", "0000:bb:00.0",
+)
 
 # (rule id, subject) pairs that FAIL; the subject is a GPU's or a port's bus id, or "host".
 EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
@@ -64,12 +69,7 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     "gpu-reset-required": {("gpu-recovery-reset", "0000:9a:00.0")},
     # The same HGX board with every NVLink down: each H100 SXM5 has 0 of its 18 links up. The GPUs agree
     # with each other, so only the comparison with the spec (nvlink-links-below-spec) sees it.
-    "nvlink-down-8gpu": {
-        ("nvlink-links-below-spec", bus) for bus in (
-            "0000:18:00.0", "0000:19:00.0", "0000:3a:00.0", "0000:3b:00.0",
-            "0000:9a:00.0", "0000:9b:00.0", "0000:ba:00.0", "0000:bb:00.0",
-        )
-    },
+    "nvlink-down-8gpu": {("nvlink-links-below-spec", bus) for bus in HGX_GPUS},
     # numa-dgx-8gpu with its 4 NVSwitches and nv-fabricmanager running: healthy; without the process,
     # only the fabric manager rule.
     "nvswitch-8gpu": set(),
@@ -87,6 +87,15 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # aside, since its "install a driver" is the wrong advice here.
     "kernel-upgrade-no-module": {("nvidia-module-missing-for-running-kernel", HOST)},
     "dkms-headers-missing": {("nvidia-dkms-headers-missing", HOST)},
+    # The fabric manager package a driver release behind: it refused to start, so it is not running
+    # and no GPU's fabric registration started.
+    "fabric-manager-mismatch": {
+        ("nvswitch-fabric-manager-not-running", HOST),
+        ("fabric-manager-version-mismatch", HOST),
+        *(("fabric-state-not-completed", bus) for bus in HGX_GPUS),
+    },
+    # The fabric manager running at the driver's version, every GPU's registration still in progress.
+    "fabric-in-progress": {("fabric-state-not-completed", bus) for bus in HGX_GPUS},
     # GPUs 0000:00:05.0-08.0 have numa_node -1 on a 2-node VM and NVML spans both nodes.
     "numa-vm-2node": {("gpu-numa-node-unknown", f"0000:00:0{slot}.0") for slot in (5, 6, 7, 8)},
     # A container given 0000:31:00.0 (node 0) and 0000:b1:00.0 (node 1) with cpuset 2-9 (node 0): b1:00.0
@@ -127,7 +136,7 @@ FULLY_KNOWN = (
     "healthy-2gpu", "pcie-degraded", "thermal-slowdown", "h200-x2-real", "acs-redirect",
     "numa-1socket-4ccx", "numa-dgx-8gpu", "numa-vm-2node", "rdma-8nic", "rdma-degraded",
     "nvlink-down-8gpu", "gpu-reset-required", "nvswitch-8gpu", "fabric-manager-stopped",
-    "nvswitch-sxid-fatal", "kmsg-api-mismatch",
+    "nvswitch-sxid-fatal", "kmsg-api-mismatch", "fabric-manager-mismatch", "fabric-in-progress",
 )
 
 # Scenarios where NVML cannot initialise: every unknown must trace back to that NVML error.

@@ -236,7 +236,10 @@ def gather_inputs(facts: Mapping[str, Any], overrides: Overrides | None = None) 
     driver_source = "unknown"
     driver_unknown_why = "NVML did not answer and no nvidia kernel module is loaded"
     bad_driver: list[str] = []
-    for raw, path, what, whose in sources:
+    # the installed versions stand in only for a module that is not loaded: a loaded one that
+    # reports garbage leaves the driver unknown
+    loaded = modules.get("nvidia_loaded") is True
+    for raw, path, what, whose in sources[:2] if loaded else sources:
         raw = known(raw)
         if driver is not None or not isinstance(raw, str):
             continue

@@ -19,7 +19,8 @@ class 0x0680xx (bridge, other: the NVSwitches of HGX/DGX baseboards) are counted
 ``nvswitch_count`` and their bus ids listed in ``nvswitch_bus_ids``, both unavailable when the
 functions were not all probed. Where there are
 NVSwitches, whether the fabric manager runs (probes/fabric.py: proc/<pid>/comm), the service that
-programs them; elsewhere that is not looked for (not_supported).
+programs them, its installed version (dpkg status) and its command port (proc/net/tcp); elsewhere
+that is not looked for (not_supported).
 
 Bounded, whatever the tree holds: at most MAX_FUNCTIONS functions are probed, and none once
 ``ctx.work_deadline()`` has passed. What was not probed is one last entry of kind "other" whose
@@ -79,8 +80,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
             "acs_ports": names,
             "nvswitch_count": names,
             "nvswitch_bus_ids": names,
-            "fabric_manager_running": names,
-            "fabric_manager_pid": names,
+            **dict.fromkeys(fabric.KEYS, names),
         }
     stop = ctx.work_deadline()
     rdma_by_bdf = _rdma_class_links(ctx, stop)
@@ -115,7 +115,7 @@ def _fabric_manager(ctx: ProbeContext, nvswitch_count: int | Unavailable) -> dic
     process's comm costs about 14 µs a process, too much for every run on a busy node."""
     if nvswitch_count == 0:
         none = Unavailable("not_supported", "no NVSwitch on the PCI bus: no fabric manager needed")
-        return {"fabric_manager_running": none, "fabric_manager_pid": none}
+        return dict.fromkeys(fabric.KEYS, none)
     return fabric.fabric_manager(ctx)
 
 

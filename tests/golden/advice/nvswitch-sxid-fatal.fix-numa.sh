@@ -1,4 +1,4 @@
-# gpudoctor NUMA binding plan · strategy node · hgx-fabric-03 · 8 GPU(s) · 2 NUMA node(s) with CPUs
+# gpudoctor NUMA binding plan · strategy node · hgx-fabric-05 · 8 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-55,112-167, 128 GiB
 #   node 1: CPUs 56-111,168-223, 128 GiB
 # GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 8 GPU(s), cuda:N = GPU N (PCI bus order)

@@ -85,6 +85,14 @@ GPU0 = {
     "nvlink_link_errors": [
         {"link": link, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for link in range(18)
     ],
+    # what the single-H200 VM answered: SUCCESS, state NOT_SUPPORTED
+    **dict.fromkeys(
+        ("fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health"),
+        Unavailable(
+            "not_supported",
+            "nvmlDeviceGetGpuFabricInfoV (v3): fabric state NOT_SUPPORTED (no NVLink fabric for this GPU)",
+        ),
+    ),
     "compute_mode": "default",
     "cpu_affinity": list(range(0, 16)) + list(range(32, 48)),
     "memory_affinity": [0],

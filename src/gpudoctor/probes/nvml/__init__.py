@@ -21,7 +21,8 @@ NVML APIs read, in this order (pynvml names):
   ``nvmlDeviceGetRemappedRows``, ``nvmlDeviceGetMigMode``,
   ``nvmlDeviceGetNvLinkState`` (links 0-17), ``nvmlDeviceGetP2PStatus`` (NVLink
   capability, towards every other GPU; only for a GPU with a link up),
-  ``nvmlDeviceGetComputeMode``,
+  ``nvmlDeviceGetGpuFabricInfoV`` (v3, else v2; else ``nvmlDeviceGetGpuFabricInfo``; see
+  :mod:`.fabric_info`), ``nvmlDeviceGetComputeMode``,
   ``nvmlDeviceGetCpuAffinityWithinScope`` (node scope; else
   ``nvmlDeviceGetCpuAffinity``), ``nvmlDeviceGetMemoryAffinity`` (node scope),
   ``nvmlDeviceGetNumaNodeId``, ``nvmlDeviceGetUtilizationRates``,
@@ -40,6 +41,7 @@ The package, by concern (each imports only those above it):
 - :mod:`.replay`: recorded answers served by a fake NVML (``ctx.nvml_replay``,
   ``<root>/nvml.json`` under a fixture root), through the same query code;
 - :mod:`.query`: the one call wrapper and the sink the facts go to;
+- :mod:`.fabric_info`: the fabric registration call (structures filled by reference) and its decoding;
 - :mod:`.fields`: what is read, the system facts and each GPU's fields (each GPU on its own
   thread: NVML is thread-safe and ctypes releases the GIL, so the GPUs' first-call latencies
   overlap and one hung GPU does not leave the others unread);

@@ -18,6 +18,7 @@ from .errors import (
     failure_text,
     unavailable_for,
 )
+from .fabric_info import FABRIC_FIELDS, read_fabric
 from .query import PeerHandle, Query, Sink, as_text, converted
 
 NVML_TEMPERATURE_GPU = 0
@@ -82,7 +83,8 @@ GPU_FIELDS = (
     "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed",
     "mig_enabled", "mig_pending_enabled", "recovery_action",
-    "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "nvlink_link_errors", "compute_mode",
+    "nvlink_links", "nvlink_active", "nvlink_peers", "nvlink_errors", "nvlink_link_errors",
+    "fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health", "compute_mode",
     "cpu_affinity", "memory_affinity", "numa_node_id", "utilization_gpu_pct", "processes",
 )
 SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version", "device_count")
@@ -220,6 +222,19 @@ def _nvlink_errors(per_link: Any) -> Any:
     return {name: sum(entry[name] for entry in per_link) for name in NVLINK_ERROR_COUNTERS}
 
 
+def _fabric(r: GpuReader) -> None:
+    """The GPU's NVLink fabric registration (gpudoctor.probes.nvml.fabric_info)."""
+
+    def call(name: str, *args: Any) -> tuple[Any, int | None, bool]:
+        answer = r.call(name, *args)
+        return answer, r.q.code, r.q.missing_function
+
+    facts = read_fabric(call)
+    for key in FABRIC_FIELDS:
+        r.put(key, facts[key])
+    r.check_lost()
+
+
 def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -> None:
     r.field("name", "nvmlDeviceGetName", convert=as_text)
     r.field("uuid", "nvmlDeviceGetUUID", convert=as_text)
@@ -330,6 +345,8 @@ def read_gpu_fields(r: GpuReader, cpu_words: int, node_words: int, count: int) -
     r.put("nvlink_errors", _nvlink_errors(per_link))
     r.put("nvlink_link_errors", per_link)
     r.check_lost()
+
+    _fabric(r)
 
     r.field("compute_mode", "nvmlDeviceGetComputeMode",
             convert=lambda v: COMPUTE_MODES.get(int(v), f"unknown_{int(v)}"))

@@ -7,10 +7,12 @@ first (so a hang names the call), then the call, and an NVML error becomes an Un
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Protocol
 
 from ...facts import Unavailable
 from .errors import NVML_ERROR_FUNCTION_NOT_FOUND, exception_text, unavailable_for
+from .fabric_info import OutStruct
 from .replay import call_key
 
 
@@ -59,7 +61,7 @@ class Query:
         except AttributeError:
             self.missing_function = True
             return Unavailable("not_supported", f"the installed nvidia-ml-py has no {name}; upgrade nvidia-ml-py")
-        args = tuple(a.handle if isinstance(a, PeerHandle) else a for a in args)
+        args = tuple(_passed(a) for a in args)
         try:
             return fn(handle, *args) if handle is not None else fn(*args)
         except self.error_class as exc:
@@ -70,6 +72,16 @@ class Query:
             return failure
         except Exception as exc:  # a ctypes or pynvml surprise must not end the probe
             return Unavailable("error", f"{name} raised {type(exc).__name__}: {exc}")
+
+
+def _passed(arg: Any) -> Any:
+    """What the backend gets for an argument: a peer's handle; a structure to fill, by reference
+    (pynvml passes it on as it is, and the C function takes a pointer)."""
+    if isinstance(arg, PeerHandle):
+        return arg.handle
+    if isinstance(arg, OutStruct):
+        return ctypes.byref(arg.struct)
+    return arg
 
 
 def as_text(value: Any) -> str:

@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable
 
 from ... import __version__
-from .replay import FORMAT, call_key
+from .replay import FORMAT, call_key, out_struct
 
 
 def scrubbed_uuid(index: int) -> str:
@@ -127,7 +127,12 @@ class RecordingBackend:
             except self.NVMLError as exc:
                 self._store(table, key, self._error_marker(exc))
                 raise
-            self._store(table, key, self._scrubbed(name, index, to_json_value(result)))
+            filled = next((s for s in map(out_struct, args) if s is not None), None)
+            if filled is not None:  # the answer is the structure the call filled in (its version is in the key)
+                result_json = {k: v for k, v in to_json_value(filled).items() if k != "version"}
+            else:
+                result_json = to_json_value(result)
+            self._store(table, key, self._scrubbed(name, index, result_json))
             return result
 
         call.__name__ = name

@@ -45,7 +45,11 @@ integers (``nvmlDeviceGetTemperatureThreshold(1)``,
 that device's index (``nvmlDeviceGetP2PStatus(1,2)``: peer GPU 1,
 capability 2), and a list of field ids its ids joined by ``+``
 (``nvmlDeviceGetFieldValues(230)``; its answer is the list of field value
-entries, ``[{"fieldId": 230, "nvmlReturn": 0, "value": {"uiVal": 0}}]``). Buffer-size arguments (the ``cpuSetSize``
+entries, ``[{"fieldId": 230, "nvmlReturn": 0, "value": {"uiVal": 0}}]``), and a
+structure the call fills in (passed by reference) its version, left out when
+it has none (``nvmlDeviceGetGpuFabricInfoV(3)``, ``nvmlDeviceGetGpuFabricInfo``;
+the answer is the filled structure, one key per field, and the call returns
+NVML_SUCCESS). Buffer-size arguments (the ``cpuSetSize``
 / ``nodeSetSize`` of the affinity calls, see :data:`SIZE_ARGUMENTS`) describe
 the caller's buffer, not the question, so they are left out of the key; the
 fake pads a recorded mask with zero words up to the size asked for and never
@@ -73,12 +77,14 @@ child process), never at import time of this module.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 from ...inputs import InputError, parse_json, type_name
+from .fabric_info import version_of
 
 FORMAT = 1
 # A recording of 8 GPUs is about 100 KB.
@@ -99,15 +105,55 @@ def call_key(name: str, args: Sequence[Any] = ()) -> str:
     A second device handle among the arguments (``nvmlDeviceGetP2PStatus``'s peer) is written as
     that device's NVML index: every handle type the probe passes around carries ``index``."""
     skip = SIZE_ARGUMENTS.get(name)
-    shown = [_arg_text(a) for i, a in enumerate(args) if i != skip]
+    shown = [text for i, a in enumerate(args) if i != skip for text in [_arg_text(a)] if text is not None]
     return f"{name}({','.join(shown)})" if shown else name
 
 
-def _arg_text(arg: Any) -> str:
-    """A list argument (nvmlDeviceGetFieldValues' field ids) is written as its ids joined by '+'."""
+def _arg_text(arg: Any) -> str | None:
+    """A list argument (nvmlDeviceGetFieldValues' field ids) is written as its ids joined by '+';
+    a structure NVML fills in as its version (an unversioned one is left out)."""
+    struct = out_struct(arg)
+    if struct is not None:
+        version = version_of(struct)
+        return None if version is None else str(version)
     if isinstance(arg, (list, tuple)):
         return "+".join(str(int(a)) for a in arg)
     return str(int(getattr(arg, "index", arg)))
+
+
+def out_struct(arg: Any) -> ctypes.Structure | None:
+    """The structure behind an argument NVML fills in (the probe's OutStruct, or the
+    ctypes.byref() the backend gets), else None."""
+    for struct in (getattr(arg, "struct", None), getattr(arg, "_obj", None)):
+        if isinstance(struct, ctypes.Structure):
+            return struct
+    return None
+
+
+def fill_struct(struct: ctypes.Structure, recorded: Any) -> None:
+    """Set a structure's fields from their recorded JSON form (an object, one key per field;
+    arrays as lists); the version field stays as the caller set it. Bad data raises ValueError."""
+    if not isinstance(recorded, dict):
+        raise ValueError(f"recorded structure is {type_name(recorded)}, not an object")
+    for field in struct._fields_:
+        name = field[0]
+        if name == "version" or name not in recorded:
+            continue
+        value = recorded[name]
+        current = getattr(struct, name)
+        if isinstance(current, ctypes.Array):
+            if not isinstance(value, list) or len(value) != len(current):
+                raise ValueError(f"recorded {name} is not a list of {len(current)} integers")
+            for i, item in enumerate(value):
+                current[i] = _small_int(item, name)
+        else:
+            setattr(struct, name, _small_int(value, name))
+
+
+def _small_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+        raise ValueError(f"recorded {name} {value!r} is not an unsigned 32-bit integer")
+    return value
 
 
 class ReplayUnavailable(Exception):
@@ -301,6 +347,10 @@ class ReplayNVML:
             key = call_key(name, rest)
             self.calls.append(key)
             value = self._answer(key, table.get(key), missing=key not in table)
+            filled = next((s for s in map(out_struct, rest) if s is not None), None)
+            if filled is not None:  # the answer fills the caller's structure; the call returns SUCCESS
+                fill_struct(filled, table.get(key))
+                return 0
             size_at = SIZE_ARGUMENTS.get(name)
             if size_at is not None and isinstance(value, list) and size_at < len(rest):
                 value = value + [0] * (int(rest[size_at]) - len(value))

@@ -94,7 +94,7 @@ def _rule_section(rule: Rule, cases: dict[str, list[str]]) -> list[str]:
     out += [f"- Fails when: `{rule.fail_if.source}`", f"- Reads: {', '.join(f'`{p}`' for p in rule.facts_used)}"]
     if rule.superseded_by:
         named = ", ".join(f"[`{other}`](#{other})" for other in rule.superseded_by)
-        out += [f"- Stands aside (not reported again) where {named} fails on the same subject"]
+        out += [f"- Stands aside (not reported again) where {named} fails on the same subject or the host"]
     out += [""]
     for kind, heading in (("fail", "Fails on"), ("pass", "Passes on")):
         if cases.get(kind):

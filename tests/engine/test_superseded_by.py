@@ -67,6 +67,22 @@ def test_only_the_same_subject_counts(tmp_path):
     assert ("generic", "0000:9a:00.0", Status.FAIL) in found
 
 
+def test_a_host_failure_covers_each_gpu(tmp_path):
+    rules = ruleset(
+        tmp_path,
+        rule("per-gpu", "True", subject="gpu", superseded_by=["host-cause"]),
+        rule("host-cause", "host.cpu_count == 8"),
+    )
+    facts = {"host": {"cpu_count": 8, "env": {}}, "pci": {"devices": []}, "nvml": {"status": "ok", "gpus": [
+        {"index": 0, "bus_id": "0000:18:00.0", "name": "H100"}, {"index": 1, "bus_id": "0000:9a:00.0", "name": "H100"}
+    ]}}
+    statuses = [f.status for f in run_rules(rules, facts) if f.rule_id == "per-gpu"]
+    assert statuses == [Status.SKIP, Status.SKIP]
+    facts["host"]["cpu_count"] = 4  # the host cause does not hold: each GPU's own failure is reported
+    statuses = [f.status for f in run_rules(rules, facts) if f.rule_id == "per-gpu"]
+    assert statuses == [Status.FAIL, Status.FAIL]
+
+
 def test_a_malformed_list_is_refused_at_load(tmp_path):
     with pytest.raises(RuleLoadError):
         ruleset(tmp_path, rule("generic", "True", superseded_by="precise"))
@@ -80,10 +96,10 @@ def test_every_builtin_superseded_by_names_a_builtin_rule_of_the_same_subject_ki
     assert named, "the builtin rules use superseded_by"
     for r, other in named:
         assert other in rules, f"{r.id}: superseded_by names unknown rule {other}"
-        assert rules[other].subject == r.subject, f"{r.id}: {other} judges another kind of subject"
+        assert rules[other].subject in (r.subject, "host"), f"{r.id}: {other} judges another kind of subject"
         assert other != r.id
 
 
 def test_rules_show_says_when_a_rule_stands_aside(tmp_path):
     rules = ruleset(tmp_path, GENERIC, rule("precise", "True"))
-    assert "Stands aside:  where precise fails on the same subject" in show_text(rules.rules[0])
+    assert "Stands aside:  where precise fails on the same subject or the host" in show_text(rules.rules[0])

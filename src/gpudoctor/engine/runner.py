@@ -347,8 +347,10 @@ def run_rules(
 
 def _supersede(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
     """One cause, one failure: a failed finding whose rule lists, in superseded_by, a rule that also
-    failed on the same subject becomes not applicable, naming that rule (a generic "GPU missing
-    from NVML" stands aside for "the driver dropped this GPU's architecture")."""
+    failed on the same subject, or on the host (a host's cause covers each of its GPUs), becomes
+    not applicable, naming that rule (a generic "GPU missing from NVML" stands aside for "the
+    driver dropped this GPU's architecture"; each GPU's unfinished fabric registration for "the
+    fabric manager is not running")."""
     superseded = {rule.id: rule.superseded_by for rule in rules if rule.superseded_by}
     if not superseded:
         return findings
@@ -357,7 +359,14 @@ def _supersede(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
     for finding in findings:
         by = superseded.get(finding.rule_id, ())
         if finding.status is Status.FAIL and by:
-            said = next((i for i in by if (i, finding.subject.kind, finding.subject.label) in failed), None)
+            said = next(
+                (
+                    i
+                    for i in by
+                    if (i, finding.subject.kind, finding.subject.label) in failed or (i, "host", "host") in failed
+                ),
+                None,
+            )
             if said is not None:
                 finding = dataclasses.replace(
                     finding, status=Status.SKIP, message=f"not reported again: {said} names the cause", fix=""

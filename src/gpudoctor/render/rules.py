@@ -78,7 +78,8 @@ def show_text(rule: Rule) -> str:
     lines.append(f"Fails when:    {printable_lines(rule.fail_if.source)}")
     lines.append(f"Reads:         {printable(', '.join(rule.facts_used)) or '-'}")
     if rule.superseded_by:
-        lines.append(f"Stands aside:  where {printable(', '.join(rule.superseded_by))} fails on the same subject or the host")
+        named = printable(", ".join(rule.superseded_by))
+        lines.append(f"Stands aside:  where {named} fails on the same subject or the host")
     lines.append("")
     lines.extend(block("Message", rule.message.source))
     lines.append("")

@@ -64,6 +64,10 @@ def main() -> int:
             ncpu = sockets * cores * (2 if smt else 1)
             rows.append((f"numa {ncpu} cpus", timed(partial(numa.collect, ctx), args.repeat),
                          timed(partial(read_all, per_cpu), args.repeat), len(per_cpu)))
+    sys.path.insert(0, str(REPO))
+    from tests.helpers import generated
+
+    generated.ensure()  # the fixture hosts are generated, not kept in git
     for name in ("healthy-2gpu", "no-driver"):
         root = REPO / "tests" / "fixtures" / "hosts" / name
         if not root.is_dir():

@@ -61,6 +61,9 @@ def _changes(case: dict[str, Any]) -> str:
 
 def examples(ruleset: RuleSet) -> dict[str, dict[str, list[str]]]:
     """For each rule, its fail and pass cases as Markdown list items."""
+    from tests.helpers import generated
+
+    generated.ensure()  # the cases' fixture hosts are generated, not kept in git
     said = comments()
     out: dict[str, dict[str, list[str]]] = {}
     for rule_id, kinds in CASES.items():

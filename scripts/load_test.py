@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", action="store_true", help="prime the rule cache before the load")
     parser.add_argument("extra", nargs="*", help="more `gpudoctor check` arguments (after --)")
     args = parser.parse_args(argv)
+    if Path(args.root).resolve() == DEFAULT_ROOT.resolve():
+        sys.path.insert(0, str(REPO))
+        from tests.helpers import generated
+
+        generated.ensure()  # the fixture hosts are generated, not kept in git
 
     work = Path(tempfile.mkdtemp(prefix="gpudoctor-load-"))
     out = Path(args.dir) if args.dir else work / "reports"

@@ -20,7 +20,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Tests never read or write the user's rule cache.
     import tempfile
 
+    from tests.helpers import generated
+
     os.environ.setdefault("GPUDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpudoctor-test-cache-"))
+    # The fixture hosts and rate snapshots are generated, not kept in git: write them if missing or stale.
+    generated.ensure()
 
 
 def _has_gpu() -> bool:

@@ -214,7 +214,7 @@ def _walk_check(data: Any, max_depth: int, text: str) -> str | None:
     while stack:
         item, depth = stack.pop()
         if depth > max_depth:
-            return f"nested deeper than {max_depth} levels"
+            return f"nested too deeply (more than {max_depth} levels)"
         if isinstance(item, dict):
             if fix_strings:
                 for key in [k for k in item if _SURROGATE.search(k)]:
@@ -384,7 +384,7 @@ def _expansion_problem(data: Any, limit: int, max_depth: int) -> str | None:
         if key in on_path:  # a recursive alias ("&a [*a]"): infinite when unfolded
             return "the document refers to itself through an alias; refused"
         if depth > max_depth:
-            return f"nested deeper than {max_depth} levels"
+            return f"nested too deeply (more than {max_depth} levels)"
         on_path.add(key)
         stack.append((item, depth, True))
         stack.extend((child, depth + 1, False) for child in children(item) if isinstance(child, (dict, list)))

@@ -207,7 +207,7 @@ def test_deeply_nested_value_where_anything_goes(capsys: pytest.CaptureFixture[s
     snap = tmp_path / "snap.json"
     snap.write_text(json.dumps(data).replace('"DEEP"', "[" * 900 + "]" * 900))
     code, output = check(capsys, snap)
-    assert_refused(code, output, snap, "nested deeper than")
+    assert_refused(code, output, snap, "nested too deeply (more than")
 
 
 def test_unreadable_and_missing_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: Any) -> None:

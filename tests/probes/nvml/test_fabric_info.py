@@ -24,7 +24,12 @@ def test_the_structures_are_nvml_h_s() -> None:
     # NVML_STRUCT_VERSION(GpuFabricInfo, n) as nvidia-ml-py spells it
     assert fabric_info.struct_version(FabricInfoV3, 3) == pynvml.nvmlGpuFabricInfo_v3 == 0x03000028
     assert fabric_info.struct_version(FabricInfoV2, 2) == pynvml.nvmlGpuFabricInfo_v2 == 0x02000024
-    assert ctypes.sizeof(FabricInfoV1) == ctypes.sizeof(pynvml.c_nvmlGpuFabricInfo_t)
+    # v1 carries no version word: a 16-byte cluster UUID, status, clique id, state (nvml.h), 28
+    # bytes. nvidia-ml-py 13.610 (the GPU host's) declares a longer UUID field (92 bytes in all);
+    # 13.615 has nvml.h's 16: compare with the one that agrees with the header.
+    assert ctypes.sizeof(FabricInfoV1) == 28
+    if pynvml.c_nvmlGpuFabricInfo_t.clusterUuid.size == pynvml.NVML_GPU_FABRIC_UUID_LEN == 16:
+        assert ctypes.sizeof(FabricInfoV1) == ctypes.sizeof(pynvml.c_nvmlGpuFabricInfo_t)
     pairs = ((FabricInfoV2, pynvml.c_nvmlGpuFabricInfo_v2_t), (FabricInfoV3, pynvml.c_nvmlGpuFabricInfo_v3_t))
     for ours, theirs in pairs:
         assert [f[0] for f in ours._fields_] == [f[0] for f in theirs._fields_]

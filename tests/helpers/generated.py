@@ -13,11 +13,10 @@ so an unchanged tree costs one hash (a few ms) and a change regenerates all (abo
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from tests.helpers.hosts import fixture_module
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = FIXTURES.parents[1]
@@ -47,18 +46,6 @@ def stamp() -> str:
     return digest.hexdigest()
 
 
-def _module(name: str) -> ModuleType:
-    key = f"gpudoctor_tests_gen_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, FIXTURES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 def _clear() -> None:
     """Remove what an earlier generation wrote (a renamed or dropped scenario leaves nothing behind)."""
     if HOSTS.is_dir():
@@ -81,7 +68,7 @@ def generate() -> None:
     HOSTS.mkdir(parents=True, exist_ok=True)
     for name in GENERATORS:
         with contextlib.redirect_stdout(io.StringIO()):
-            status = _module(name).main([])
+            status = fixture_module(name).main([])
         if status:
             raise RuntimeError(f"tests/fixtures/{name}.py failed (exit {status})")
     STAMP.write_text(stamp() + "\n", encoding="utf-8")

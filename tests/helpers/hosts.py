@@ -13,12 +13,20 @@ HOSTS = FIXTURES / "hosts"
 
 
 @cache
-def make_hosts() -> ModuleType:
-    """The generator module, loaded by path ("fixtures" is also a PyPI package name)."""
-    name = "gpudoctor_tests_make_hosts"
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / "make_hosts.py")
+def fixture_module(name: str) -> ModuleType:
+    """A generator module of tests/fixtures (make_hosts, make_nvml, ...), loaded by path ("fixtures"
+    is also a PyPI package name), once: every importer gets the same module object."""
+    key = f"gpudoctor_tests_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, FIXTURES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    sys.modules[key] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def make_hosts() -> ModuleType:
+    """The generator module tests/fixtures/make_hosts.py."""
+    return fixture_module("make_hosts")

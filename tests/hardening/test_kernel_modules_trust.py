@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import rootfs
 from gpudoctor.cli.root import run
 from gpudoctor.context import ProbeContext
 from gpudoctor.facts import Unavailable
 from gpudoctor.probes import kernel_modules as km
 from tests.conftest import HOSTS
 from tests.fixtures.make_kernel_hosts import DRIVER, NEW_KERNEL, OLD_KERNEL, tiny_module
+from tests.hardening.roots import climbing, host_copy, replace_with_link
 
 SOURCE = HOSTS / "kernel-upgrade-no-module"
 TAG = uuid.uuid4().hex[:12]
@@ -29,36 +29,12 @@ MARK = f"OUTSIDE{TAG}"
 LOG = f"var/lib/dkms/nvidia/{DRIVER}/build/make.log"
 
 
-@pytest.fixture(params=["openat2", "walk"])
-def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(rootfs, "USE_OPENAT2", request.param == "openat2")
-    return str(request.param)
-
-
-def host_copy(dest: Path) -> Path:
-    shutil.copytree(SOURCE, dest, symlinks=True, copy_function=os.link)
-    return dest
-
-
-def relink(path: Path, target: str | Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(target)
-
-
-def climbing(frm: Path, to: Path) -> str:
-    return "../" * (len(frm.parts) + 4) + str(to).lstrip("/")
-
-
 def collect(root: Path) -> dict:
     return km.collect(ProbeContext(root=root, env={}))
 
 
 def test_links_out_of_the_root_lead_nowhere(tmp_path: Path, mechanism: str, capsys: pytest.CaptureFixture[str]) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     outside = tmp_path / "outside"
     (outside / "headers").mkdir(parents=True)
     (outside / "headers/Makefile").write_text("VERSION = 6\n")
@@ -66,11 +42,11 @@ def test_links_out_of_the_root_lead_nowhere(tmp_path: Path, mechanism: str, caps
     (outside / "modules/nvidia.ko").write_bytes(tiny_module("999.99.99"))
     (outside / "make.log").write_text(f"x.c:1:1: error: {MARK}\n")
     # the headers' build link: absolute, as the packages make it
-    relink(root / f"lib/modules/{NEW_KERNEL}/build", outside / "headers")
+    replace_with_link(root / f"lib/modules/{NEW_KERNEL}/build", outside / "headers")
     # a module directory and a DKMS module file climbing out; the build log absolute
     kernel_dir = root / f"lib/modules/{NEW_KERNEL}"
-    relink(kernel_dir / "updates", climbing(kernel_dir, outside / "modules"))
-    relink(root / LOG, outside / "make.log")
+    replace_with_link(kernel_dir / "updates", climbing(kernel_dir, outside / "modules"))
+    replace_with_link(root / LOG, outside / "make.log")
     facts = collect(root)
     assert facts["headers_present"] is not True
     assert facts["running_has_module"] is False
@@ -82,19 +58,19 @@ def test_links_out_of_the_root_lead_nowhere(tmp_path: Path, mechanism: str, caps
 
 
 def test_the_module_file_itself_links_out(tmp_path: Path, mechanism: str) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "nvidia.ko").write_bytes(tiny_module("999.99.99"))
     shutil.rmtree(root / "var/lib/dkms")  # so the version comes from the module file
-    relink(root / f"lib/modules/{OLD_KERNEL}/updates/dkms/nvidia.ko", outside / "nvidia.ko")
+    replace_with_link(root / f"lib/modules/{OLD_KERNEL}/updates/dkms/nvidia.ko", outside / "nvidia.ko")
     facts = collect(root)
     assert facts["nvidia_installed_version"] != "999.99.99"
     assert isinstance(facts["nvidia_installed_version"], Unavailable)
 
 
 def test_a_huge_make_log_is_read_from_its_tail(tmp_path: Path) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     (root / LOG).unlink()
     with open(root / LOG, "wb") as fh:
         fh.truncate(4 << 30)  # 4 GiB, sparse
@@ -117,7 +93,7 @@ def test_a_huge_make_log_is_read_from_its_tail(tmp_path: Path) -> None:
 @pytest.mark.parametrize("suffix", ["", ".xz"])
 def test_truncated_or_garbage_modules(tmp_path: Path, content: bytes, suffix: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     shutil.rmtree(root / "var/lib/dkms")
     module = root / f"lib/modules/{OLD_KERNEL}/updates/dkms/nvidia.ko"
     module.unlink()
@@ -130,7 +106,7 @@ def test_truncated_or_garbage_modules(tmp_path: Path, content: bytes, suffix: st
 
 
 def test_thousands_of_kernels_are_bounded(tmp_path: Path) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     for i in range(3000):
         (root / f"lib/modules/5.15.0-{i:04d}-generic/updates/dkms").mkdir(parents=True)
     t0 = time.monotonic()
@@ -140,7 +116,7 @@ def test_thousands_of_kernels_are_bounded(tmp_path: Path) -> None:
 
 
 def test_a_deep_module_tree_is_bounded(tmp_path: Path) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     deep = root / f"lib/modules/{NEW_KERNEL}/extra"
     for i in range(40):
         deep = deep / f"d{i}"

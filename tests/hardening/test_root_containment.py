@@ -34,6 +34,7 @@ from gpudoctor.context import ProbeContext, make_context
 from gpudoctor.facts import REASONS, Unavailable, walk
 from gpudoctor.probes import collect_all, host, modules, pci, rocm
 from tests.conftest import HOSTS
+from tests.hardening.roots import climbing, host_copy, replace_with_link
 
 SOURCE = HOSTS / "healthy-2gpu"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -42,33 +43,6 @@ TAG = uuid.uuid4().hex[:12]
 
 def marker(name: str) -> str:
     return f"OUTSIDE{TAG}{name}"
-
-
-@pytest.fixture(params=["openat2", "walk"])
-def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the kernel's RESOLVE_IN_ROOT lookup and with the portable walk."""
-    monkeypatch.setattr(rootfs, "USE_OPENAT2", request.param == "openat2")
-    return str(request.param)
-
-
-def host_copy(dest: Path) -> Path:
-    """The healthy fixture host as hard links: each file changed below is replaced, never written."""
-    shutil.copytree(SOURCE, dest, symlinks=True, copy_function=os.link)
-    return dest
-
-
-def replace_with_link(path: Path, target: str | Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(target)
-
-
-def climbing(frm: Path, to: Path) -> str:
-    """A relative link target from directory ``frm`` that climbs out of every root to ``to``."""
-    return "../" * (len(frm.parts) + 4) + str(to).lstrip("/")
 
 
 def texts(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -81,7 +55,7 @@ def texts(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 @pytest.fixture
 def hostile(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(root, outside): a fixture host whose files and directories link out to ``outside``."""
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     outside = tmp_path / "outside"
     outside.mkdir()
 
@@ -199,7 +173,7 @@ def test_link_loops_end(tmp_path: Path, mechanism: str) -> None:
 def test_fifos_and_devices_under_a_root_are_not_opened(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], mechanism: str
 ) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     fifo = root / "proc/uptime"
     os.mkfifo(fifo)
     # a writer that is already there: a read would get the marker, a blocking open would not wait
@@ -238,7 +212,7 @@ def test_a_dangling_link_says_where_it_leads(tmp_path: Path, mechanism: str) -> 
 
 def test_the_walk_and_openat2_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the kernel offers, the same tree gives the same facts."""
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     replace_with_link(root / "etc/os-release", "/usr/lib/os-release")
     (root / "usr/lib").mkdir(parents=True, exist_ok=True)
     shutil.copy(SOURCE / "etc/os-release", root / "usr/lib/os-release")
@@ -315,7 +289,7 @@ def test_cpulist_ranges_do_not_multiply() -> None:
 
 
 def test_a_huge_nvrm_line_under_root_keeps_the_deadline(tmp_path: Path) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     version = root / "proc/driver/nvidia/version"
     version.unlink()
     version.write_text("NVRM version: " + "Kernel Module " * 20000 + "\n")  # 280 KB
@@ -355,7 +329,7 @@ def test_sixty_thousand_pci_functions_keep_the_deadline(tmp_path: Path) -> None:
 
 
 def test_a_huge_search_path_is_bounded(tmp_path: Path) -> None:
-    root = host_copy(tmp_path / "root")
+    root = host_copy(SOURCE, tmp_path / "root")
     environ = root / "proc/self/environ"
     environ.unlink()
     entries = ":".join(f"/p{i}" for i in range(100_000))  # the old dedupe was quadratic in these

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..facts import Unavailable
 
@@ -273,21 +273,18 @@ def from_previous(previous: Mapping[str, Any], current: Mapping[str, Any]) -> di
     if isinstance(seconds, Unavailable):
         section["nvlink"] = section["rdma"] = seconds
         return section
-    gpus_then, gpus_now = _gpus(previous), _gpus(current)
-    if isinstance(gpus_now, Unavailable):
-        section["nvlink"] = gpus_now
-    elif isinstance(gpus_then, Unavailable):
-        section["nvlink"] = Unavailable("not_supported", f"the previous snapshot has no NVML GPUs ({gpus_then.detail})")
-    else:
-        section["nvlink"] = nvlink_rates(gpus_then, gpus_now, seconds)
-    ports_then, ports_now = _ports(previous), _ports(current)
-    if isinstance(ports_now, Unavailable):
-        section["rdma"] = ports_now
-    elif isinstance(ports_then, Unavailable):
-        section["rdma"] = Unavailable("not_supported", f"the previous snapshot has no RDMA ports ({ports_then.detail})")
-    else:
-        section["rdma"] = rdma_rates(ports_then, ports_now, seconds)
+    section["nvlink"] = _compared(_gpus(previous), _gpus(current), "NVML GPUs", nvlink_rates, seconds)
+    section["rdma"] = _compared(_ports(previous), _ports(current), "RDMA ports", rdma_rates, seconds)
     return section
+
+
+def _compared(then: Any, now: Any, what: str, rates: Callable[[Any, Any, float], Any], seconds: float) -> Any:
+    """rates(then, now, seconds), or why the two reads' items cannot be compared."""
+    if isinstance(now, Unavailable):
+        return now
+    if isinstance(then, Unavailable):
+        return Unavailable("not_supported", f"the previous snapshot has no {what} ({then.detail})")
+    return rates(then, now, seconds)
 
 
 def from_samples(

@@ -60,15 +60,7 @@ class FabricInfoV2(ctypes.Structure):
 class FabricInfoV3(ctypes.Structure):
     """nvml.h nvmlGpuFabricInfo_v3_t (nvmlGpuFabricInfoV_t)."""
 
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * NVML_GPU_FABRIC_UUID_LEN),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
-        ("healthSummary", ctypes.c_ubyte),
-    ]
+    _fields_ = [*FabricInfoV2._fields_, ("healthSummary", ctypes.c_ubyte)]  # v2's, then the summary
 
 
 def struct_version(cls: type[ctypes.Structure], version: int) -> int:

@@ -10,11 +10,25 @@ import click
 from .errors import UserError
 
 
-def style_for(stream: Any, colour: bool | None) -> Any:
-    """click.style when `colour` says so, or when it is None and `stream` is a terminal and
-    NO_COLOR is not set; else render.text.plain (no escape sequences)."""
-    use = colour if colour is not None else (_isatty(stream) and not os.environ.get("NO_COLOR"))
-    if use:
+def wants_colour(stream: Any, colour: bool | None, to_file: bool = False) -> bool:
+    """Whether text output is coloured, first rule that decides:
+    --color / --no-color (`colour`); NO_COLOR set and not empty: no (no-color.org); FORCE_COLOR
+    set and not empty: yes (force-color.org); an output file (-o): no; TERM=dumb: no; else
+    whether `stream` is a terminal."""
+    if colour is not None:
+        return colour
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if to_file or os.environ.get("TERM") == "dumb":
+        return False
+    return _isatty(stream)
+
+
+def style_for(stream: Any, colour: bool | None, to_file: bool = False) -> Any:
+    """click.style where wants_colour() says so; else render.text.plain (no escape sequences)."""
+    if wants_colour(stream, colour, to_file):
         return click.style
     from ..render.text import plain
 

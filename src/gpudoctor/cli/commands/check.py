@@ -109,7 +109,7 @@ def command(
         from ...render.text import render as render_text
 
         stream = sys.stdout
-        style = style_for(stream, color if not output else False)
+        style = style_for(stream, color, to_file=bool(output and output != "-"))
         text = render_text(report, facts, style=style, verbose=verbose)
     write_output(text, output, colour=coloured(style))
     sys.exit(report.exit_code)

@@ -242,7 +242,7 @@ def _fix_list(
     elif fmt == "shell":
         text = fix_list.render_shell(fixes, head)
     else:
-        style = style_for(sys.stdout, color if not output else False)
+        style = style_for(sys.stdout, color, to_file=bool(output and output != "-"))
         text = fix_list.render_text(fixes, head, style)
         write_output(text, output, colour=coloured(style))
         return

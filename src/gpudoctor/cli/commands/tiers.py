@@ -135,6 +135,6 @@ def command(
     if fmt == "json":
         text = render_json(tl, origin)
     else:
-        style = style_for(sys.stdout, color if not output else False)
+        style = style_for(sys.stdout, color, to_file=bool(output and output != "-"))
         text = render_text(tl, style, origin)
     write_output(text, output, colour=coloured(style))

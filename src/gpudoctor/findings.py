@@ -203,6 +203,8 @@ class Finding:
     evidence: list[tuple[str, Any]] = field(default_factory=list)
     fix: str = ""
     docs: str = ""
+    # the rule's references (sources), at most 8, each cut to 400 characters (engine.runner)
+    refs: tuple[str, ...] = ()
     # For unknown and error findings: why the check could not be judged.
     detail: str = ""
     # For unknown findings: the source whose facts were missing and why (Cause("nvml",
@@ -225,6 +227,7 @@ class Finding:
             "detail": self.detail,
             "cause": self.cause.to_json() if self.cause is not None else None,
             "docs": self.docs,
+            "refs": list(self.refs),
         }
 
 
@@ -344,6 +347,7 @@ class ReportBudget:
             + len(f.fix)
             + len(f.detail)
             + len(f.docs)
+            + sum(len(ref) for ref in f.refs)
             + len(f.subject.label)
             + evidence_cost
         )
@@ -354,6 +358,7 @@ class ReportBudget:
         self.cut += 1
         f.message = f"[cut: the findings of this run reached their limit of {self.limit} characters of text]"
         f.fix = f.detail = f.docs = ""
+        f.refs = ()
         f.evidence = []
         return f
 

@@ -255,9 +255,7 @@ def test_rule_pack_from_an_entry_point_loads_like_rules_dir(tmp_path, monkeypatc
 def test_console_entry_probes_the_live_machine_with_nvml_started_before_parsing():
     # `python -m gpudoctor check` forks NVML's child before click parses the command line; the
     # live probe adopts it: the report is complete and NVML's section is the one a probe reads.
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "probe"], capture_output=True, text=True, timeout=60
-    )
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "probe"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
     assert facts["meta"]["probes"]["nvml"]["status"] == "ok"
@@ -270,3 +268,30 @@ def test_console_entry_probes_the_live_machine_with_nvml_started_before_parsing(
         timeout=60,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("gpudoctor: error: --only/--skip")
+
+
+def test_a_finding_says_where_its_rule_is_explained(capsys, tmp_path):
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED, "--format", "json")
+    finding = next(f for f in json.loads(out)["findings"] if f["rule"] == "pcie-width-degraded")
+    assert finding["docs"] == "docs/rules.md#pcie-width-degraded"
+    assert "### pcie-width-degraded" in (Path(__file__).parents[2] / "docs/rules.md").read_text(encoding="utf-8")
+    from gpudoctor.engine.loader import load_rules
+
+    assert finding["refs"] == list(load_rules().by_id("pcie-width-degraded").refs)
+    code, out, _ = cli(capsys, "check", "--root", DEGRADED)
+    assert (
+        out.rstrip().splitlines()[-1]
+        == "More on a check: gpudoctor rules show pcie-width-degraded; every check: docs/rules.md"
+    )
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "mine.yaml").write_text(
+        "- id: my-check\n  title: A check of mine\n  area: env\n  severity: error\n  fail_if: 'True'\n"
+        "  message: mine\n  fix: nothing\n  why: tested\n  refs: [here]\n",
+        encoding="utf-8",
+    )
+    code, out, _ = cli(
+        capsys, "check", "--root", DEGRADED, "--rules", str(pack), "--only", "my-check", "--format", "json"
+    )
+    mine = json.loads(out)["findings"][0]
+    assert (mine["docs"], mine["refs"]) == ("", ["here"])  # not in docs/rules.md: no link there

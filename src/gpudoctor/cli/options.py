@@ -82,7 +82,10 @@ def output_option(what: str) -> Decorator:
 def color_option(f: Any) -> Any:
     """--color/--no-color (as `color`, None when not given)."""
     return click.option(
-        "--color/--no-color", default=None, help="Colour the text output, even into a pipe or file (default: on a terminal, unless NO_COLOR; FORCE_COLOR forces it)."
+        "--color/--no-color", default=None, help=(
+            "Colour the text output, even into a pipe or file "
+            "(default: on a terminal, unless NO_COLOR; FORCE_COLOR forces it)."
+        ),
     )(f)
 
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..findings import (
@@ -130,10 +132,36 @@ def _engine_finding(
         message=message,
         evidence=evidence if evidence is not None else [],
         fix=fix,
-        docs=rule.docs,
+        docs=_docs_of(rule),
+        refs=tuple(cut_text(ref, MAX_REF_CHARS) for ref in rule.refs[:MAX_REFS]),
         detail=detail,
         cause=cause,
     )
+
+
+# what a finding repeats of its rule's references (a rule pack may list many, or long ones)
+MAX_REFS = 8
+MAX_REF_CHARS = 400
+
+
+def _docs_of(rule: Rule) -> str:
+    """Where a finding's rule is explained: the rule's own docs: link, else for a built-in rule its
+    section of docs/rules.md (every built-in rule has one, generated); a rule pack's rule without
+    docs: has only `gpudoctor rules show ID`."""
+    if rule.docs:
+        return rule.docs
+    try:
+        builtin = Path(rule.source).resolve().is_relative_to(_builtin_root())
+    except (OSError, ValueError):
+        builtin = False
+    return f"docs/rules.md#{rule.id}" if builtin else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_root() -> Path:
+    from ..tables import builtin_rules_dir
+
+    return builtin_rules_dir().resolve()
 
 
 def _unknown_message(rule: Rule, render: Callable[..., str], path: str, reason: str) -> str:

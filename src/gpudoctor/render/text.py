@@ -297,4 +297,9 @@ def summary_lines(report: Report, style: Style = plain) -> list[str]:
                 f"Verdict: OK — nothing failed at severity {report.fail_on.value} or above{note}", fg="green", bold=True
             )
         )
+    told = next((f for f in report.findings if f.status is Status.FAIL), None) or next(
+        (f for f in report.findings if f.status in (Status.UNKNOWN, Status.ERROR)), None
+    )
+    if told is not None:
+        out.append(f"More on a check: gpudoctor rules show {printable(told.rule_id)}; every check: docs/rules.md")
     return out

@@ -13,6 +13,7 @@ naming the file and, where known, the line.
 from __future__ import annotations
 
 import datetime
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -55,6 +56,13 @@ def load_tables(directory: Path) -> dict[str, Any]:
         rows = {str(k): v for k, v in data["rows"].items()}
         tables[name] = {**data, "rows": rows, "path": str(path)}
     return tables
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_tables() -> dict[str, Any]:
+    """The built-in tables (rules/data), read once per process: for advice, which reads them
+    without the rule engine (the engine loads them with its rules, through its cache)."""
+    return load_tables(builtin_rules_dir() / "data")
 
 
 MAX_DEVICE_ID_CHARS = 10  # "0x" and at most 8 hex digits: a longer string is no PCI device id

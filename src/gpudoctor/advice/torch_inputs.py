@@ -8,7 +8,6 @@ does not fit is treated as unknown (with a note) or refused (TorchAdviceError).
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -109,25 +108,18 @@ def _why_unavailable(value: Any) -> str:
     return "not recorded"
 
 
-@functools.lru_cache(maxsize=1)
-def _builtin_tables() -> dict[str, Any]:
-    from ..tables import builtin_rules_dir, load_tables
-
-    return load_tables(builtin_rules_dir() / "data")
-
-
 def _cc_of_architecture(subject: Mapping[str, Any], chosen: dict[str, str]) -> str | None:
     """The compute capability a GPU NVML does not list is judged at: the lowest of the architecture
     its PCI device id names, where all of that architecture's capabilities share one major version
     (SASS of X.Y runs on X.Z for Z >= Y, so a build that has the lowest has one for each); None for
     an architecture that spans majors (Blackwell: 10.x and 12.x) or is not in the tables."""
-    from ..tables import architecture_of_device
+    from ..tables import architecture_of_device, builtin_tables
 
     pci = subject.get("pci")
     device = pci.get("device_id") if isinstance(pci, Mapping) else None
     if not isinstance(device, str):
         return None
-    tables = _builtin_tables()
+    tables = builtin_tables()
     arch = architecture_of_device(tables, device)
     row = tables.get("gpu_architectures", {}).get("rows", {}).get(arch or "")
     ccs = [c for c in (row or {}).get("compute_capabilities") or [] if isinstance(c, str) and CC_RE.fullmatch(c)]

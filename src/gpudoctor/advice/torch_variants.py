@@ -26,10 +26,9 @@ _TORCH_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
 def load_release_tables() -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """(torch_releases rows, cuda_driver rows, the date the release table was last checked against
     its sources, YYYY-MM-DD) of the built-in data tables."""
-    from ..tables import builtin_rules_dir
-    from ..tables import load_tables as load
+    from ..tables import builtin_tables
 
-    tables = load(builtin_rules_dir() / "data")
+    tables = builtin_tables()
     retrieved = tables["torch_releases"].get("retrieved")
     return tables["torch_releases"]["rows"], tables["cuda_driver"]["rows"], str(retrieved) if retrieved else None
 

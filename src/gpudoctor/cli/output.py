@@ -77,3 +77,24 @@ def say(line: str) -> None:
         click.echo(line, err=True)
     except (OSError, ValueError):
         pass
+
+
+DEFAULT_WIDTH = 100
+MIN_WIDTH, MAX_WIDTH = 40, 250
+
+
+def output_width(stream: Any, to_file: bool = False) -> int:
+    """Columns a text output may use: COLUMNS when it is a whole number (clamped to 40..250),
+    else the terminal's width when `stream` is a terminal, else 100 (a pipe or an -o file: a
+    stable width, so saved reports and goldens do not depend on the window they came from)."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    if raw.isdigit() and len(raw) < 6:
+        return max(MIN_WIDTH, min(MAX_WIDTH, int(raw)))
+    if not to_file and _isatty(stream):
+        try:
+            columns = os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            columns = 0
+        if columns > 0:
+            return max(MIN_WIDTH, min(MAX_WIDTH, columns))
+    return DEFAULT_WIDTH

@@ -71,7 +71,8 @@ def from_environment(members: dict[str, bytes]) -> tuple[int, int]:
         try:
             dist = md.distribution(name)
         except md.PackageNotFoundError:
-            raise SystemExit(f"build_pyz: {name} is not installed in {sys.executable}; install it or use --wheels") from None
+            where = sys.executable
+            raise SystemExit(f"build_pyz: {name} is not installed in {where}; install it or use --wheels") from None
         files: dict[PurePosixPath, bytes] = {}
         for entry in dist.files or ():
             path = PurePosixPath(str(entry))

@@ -114,7 +114,8 @@ def unpacked(zip_path: str) -> str:
 def main() -> None:
     if sys.version_info[:2] < FLOOR:
         wanted = ".".join(map(str, FLOOR))
-        _fail(f"needs Python {wanted} or newer (this is {sys.version.split()[0]}); build it for older ones: see scripts/build_pyz.py")
+        this = sys.version.split()[0]
+        _fail(f"needs Python {wanted} or newer (this is {this}); build it for older ones with --wheels")
     zip_path = os.path.dirname(os.path.abspath(__file__))
     root = unpacked(zip_path)
     # run from the unpacked files only: nothing of gpudoctor's may come from the zip itself

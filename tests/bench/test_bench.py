@@ -459,7 +459,8 @@ def test_bench_without_torch_says_how_to_get_it(monkeypatch, capsys):
     )
     assert run(["bench", "--facts", SNAPSHOT]) == 2
     err = capsys.readouterr().err
-    assert "needs torch" in err and "gpudoctor[torch]" in err and "Traceback" not in err
+    assert "needs torch" in err and "pip install torch" in err and "gpudoctor fix --torch" in err
+    assert "Traceback" not in err
 
 
 def test_bench_that_times_out_before_any_result(fake_bench, capsys):

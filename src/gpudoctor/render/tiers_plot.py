@@ -163,7 +163,8 @@ def render_png(tl: TierList, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotError(
-            "writing PNG needs matplotlib: pip install 'gpudoctor[plot]' (or give a .svg file, which needs nothing)"
+            "writing PNG needs matplotlib: pip install matplotlib (in a gpudoctor checkout: pip install '.[plot]'),"
+            " or give a .svg file, which needs nothing"
         ) from None
     rows = tl.rows
     names = [str(r.row.get("name", r.id)) for r in rows][::-1]

@@ -135,7 +135,8 @@ def command(
         bar.close()
     if run.status == "no_torch":
         raise UserError(
-            f"gpudoctor bench needs torch in {python or sys.executable}: pip install 'gpudoctor[torch]', "
+            f"gpudoctor bench needs torch in {python or sys.executable}: pip install torch there "
+            "(gpudoctor fix --torch names the build for this machine), "
             "or point --python at the interpreter of an environment that has it"
         )
     if run.status in ("no_device", "error") and not run.results:

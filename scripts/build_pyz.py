@@ -1,6 +1,6 @@
 """Build gpudoctor.pyz: one file that runs with python3 alone, nothing installed.
 
-    python scripts/build_pyz.py [-o gpudoctor.pyz] [--wheels DIR]
+    python scripts/build_pyz.py [-o gpudoctor.pyz] [--download | --wheels DIR]
 
 Inside: gpudoctor (src/gpudoctor, the built-in rules/ as gpudoctor/rules, LICENSE) and the
 pure-Python part of every core dependency (click, pyyaml without its libyaml extension, so yaml
@@ -10,10 +10,9 @@ with its licence files under licenses/NAME/. Compiled extensions and bytecode ar
 Where the dependencies come from:
 - by default, the distributions installed in the Python running this script (their files as
   importlib.metadata lists them): works offline, in the venv the tests run in;
-- with --wheels DIR, the wheels in DIR, e.g. for an older Python than the one building:
-      pip download --only-binary=:all: --no-deps --python-version 3.9 -d DIR \\
-          click pyyaml nvidia-ml-py packaging simpleeval fastjsonschema
-  (with the version bounds of pyproject.toml).
+- with --download (network), wheels pip downloads for Python 3.9, the oldest gpudoctor supports,
+  within pyproject.toml's version bounds: the archive then runs on every Python from 3.9 on;
+- with --wheels DIR, the wheels in DIR (downloaded as --download does, on another machine).
 
 The .pyz needs the newest of the bundled packages' Requires-Python floors (click 8.2 and later
 need 3.10, for instance) and says so in one line on an older Python; the build prints it. At run
@@ -27,7 +26,9 @@ import argparse
 import hashlib
 import importlib.metadata as md
 import re
+import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path, PurePosixPath
@@ -142,12 +143,29 @@ def build(output: Path, wheels: Path | None = None) -> tuple[int, int]:
     return floor
 
 
+def download(directory: Path) -> None:
+    """pip download the dependencies' wheels for Python 3.9 (pure-Python ones, and pyyaml's, whose
+    pure-Python part is the same in every wheel) within the bounds pyproject.toml sets."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    specs = re.findall(r'"([^"]+)"', block.group(1)) if block else []
+    if len(specs) != len(DEPENDENCIES):
+        raise SystemExit("build_pyz: could not read the dependencies of pyproject.toml")
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--no-deps"]
+    subprocess.run([*argv, "--python-version", "3.9", "-d", str(directory), *specs], check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "gpudoctor.pyz")
-    parser.add_argument("--wheels", type=Path, help="take the dependencies from the wheels in this directory")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--wheels", type=Path, help="take the dependencies from the wheels in this directory")
+    source.add_argument("--download", action="store_true", help="pip download them for Python 3.9 (network)")
     args = parser.parse_args()
-    floor = build(args.output, args.wheels)
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-pyz-wheels-") as tmp:
+        if args.download:
+            download(Path(tmp))
+        floor = build(args.output, Path(tmp) if args.download else args.wheels)
     size = args.output.stat().st_size
     print(f"wrote {args.output} ({size // 1024} KiB); runs with Python {floor[0]}.{floor[1]} or newer")
 

@@ -20,7 +20,13 @@ import fastjsonschema
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "src" / "gpudoctor" / "schemas"
-NAMES = ("facts", "rules", "table", "policy")
+NAMES = ("facts", "rules", "table", "policy", "report", "gate-report")
+
+
+def module_name(schema: str) -> str:
+    """The generated module's name for a schema (gate-report -> gate_report: an importable name);
+    gpudoctor.schemas._validator imports it by the same rule."""
+    return schema.replace("-", "_")
 
 
 def generate(name: str) -> str:
@@ -42,7 +48,7 @@ def main() -> int:
     args = parser.parse_args()
     stale = []
     for name in NAMES:
-        target = SCHEMAS / f"_validate_{name}.py"
+        target = SCHEMAS / f"_validate_{module_name(name)}.py"
         text = generate(name)
         if args.check:
             if not target.exists() or target.read_text(encoding="utf-8") != text:

@@ -11,6 +11,7 @@ helpers/     the functions expressions may call (docs/rules-helpers.md is genera
 factpaths    which fact paths exist, from the facts schema
 subjects     what a rule runs over (host, GPUs, NUMA nodes, NICs)
 runner       every rule x every subject -> one finding
+collector    the garbage collector paused while rules are loaded or run (millions of objects that live on)
 
 Engine layer: imports the base modules (facts, findings, inputs, schemas, tables) and
 probes.files (cpulist formatting); never advice, bench, the gate, render or the CLI.

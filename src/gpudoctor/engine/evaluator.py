@@ -135,17 +135,19 @@ def free_nodes(tree: ast.AST) -> frozenset[int]:
     """ids of the nodes of ``tree`` worth remembering that name no subject variable (what
     compile_expression finds while it checks an expression)."""
     out: set[int] = set()
-
-    def visit(node: ast.AST) -> bool:  # does it depend on the subject?
-        dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
-        for child in ast.iter_child_nodes(node):
-            dependent = visit(child) or dependent
-        if not dependent and isinstance(node, MEMO_NODES):
-            out.add(id(node))
-        return dependent
-
-    visit(tree)
+    _visit_free(tree, out)
     return frozenset(out)
+
+
+def _visit_free(node: ast.AST, out: set[int]) -> bool:
+    """Does ``node`` depend on the subject? Adds the ids of its free nodes to ``out``. (A module
+    function, not a closure that calls itself: that is a reference cycle the collector must free.)"""
+    dependent = isinstance(node, ast.Name) and node.id in SUBJECT_NAMES
+    for child in ast.iter_child_nodes(node):
+        dependent = _visit_free(child, out) or dependent
+    if not dependent and isinstance(node, MEMO_NODES):
+        out.add(id(node))
+    return dependent
 
 _HASHABLE = frozenset({bool, int, float, str, type(None)})
 

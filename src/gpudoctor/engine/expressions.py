@@ -85,34 +85,27 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def compile_expression(
-    source: str, roots: Mapping[str, Any], lets: Mapping[str, Expression] | None = None
-) -> Expression:
-    """Parse and check an expression. ``roots`` maps each name to its schema node; ``lets`` maps
-    the rule's let: names it may read to their compiled expressions."""
-    lets = lets or {}
-    if not isinstance(source, str) or not source.strip():
-        raise ExpressionError("empty expression")
-    if len(source) > MAX_EXPRESSION_LENGTH:
-        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
-    try:
-        tree = ast.parse(source.strip(), mode="eval")
-    except SyntaxError as exc:
-        where = f" at column {exc.offset}" if exc.offset else ""
-        raise ExpressionError(f"invalid syntax{where}: {exc.msg}") from None
-    except (ValueError, MemoryError, RecursionError) as exc:  # Python < 3.12: NUL bytes are a ValueError
-        raise ExpressionError(f"invalid expression: {exc}") from None
-    paths: list[str] = []
-    free: set[int] = set()  # see Expression.free
-    names: set[str] = set()  # see Expression.names
-    deepest = [0]  # see Expression.depth
+class _Checker:
+    """One expression's check (compile_expression): what it found while it walked the tree. A class,
+    not a closure that calls itself: such a closure is a reference cycle per expression that only
+    the garbage collector frees (40 000 for 10 000 rules, while the engine pauses it: collector.py)."""
 
-    def visit(node: ast.AST, depth: int) -> bool:
+    __slots__ = ("roots", "lets", "paths", "free", "names", "deepest")
+
+    def __init__(self, roots: Mapping[str, Any], lets: Mapping[str, Expression]) -> None:
+        self.roots = roots
+        self.lets = lets
+        self.paths: list[str] = []
+        self.free: set[int] = set()  # see Expression.free
+        self.names: set[str] = set()  # see Expression.names
+        self.deepest = 0  # see Expression.depth
+
+    def visit(self, node: ast.AST, depth: int) -> bool:
         """Check the node; True when it names the subject variable (is not the same for every subject)."""
         if depth > MAX_DEPTH:
             raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
-        if depth > deepest[0]:
-            deepest[0] = depth
+        if depth > self.deepest:
+            self.deepest = depth
         if not isinstance(node, ALLOWED_NODES):
             raise ExpressionError(f"{type(node).__name__} is not allowed in rule expressions")
         if isinstance(node, ast.Constant):
@@ -136,7 +129,7 @@ def compile_expression(
             for arg in node.args:
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("*args is not allowed")
-                dependent = visit(arg, depth + 1) or dependent
+                dependent = self.visit(arg, depth + 1) or dependent
         elif (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.Mod)
@@ -148,44 +141,63 @@ def compile_expression(
             index = node.slice
             if not (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))):
                 raise ExpressionError("subscripts must be a constant index or key")
-            dependent = visit(node.value, depth + 1)
+            dependent = self.visit(node.value, depth + 1)
         elif isinstance(node, (ast.Attribute, ast.Name)):
             dotted = _dotted(node)
             if dotted is None:
                 raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
             head = dotted.partition(".")[0]
-            if head in lets:
+            if head in self.lets:
                 if "." in dotted:
                     raise ExpressionError(f"{head} is a let: name, not a fact: {dotted} is not allowed")
-                reach = depth + lets[head].depth  # as deep as the name's expression written out here
+                reach = depth + self.lets[head].depth  # as deep as the name's expression written out here
                 if reach > MAX_DEPTH:
                     raise ExpressionError(
                         f"expression nested deeper than {MAX_DEPTH} levels with the let: names it reads written out"
                     )
-                deepest[0] = max(deepest[0], reach)
-                paths.extend(lets[head].paths)
-                names.update(lets[head].names_read())
+                self.deepest = max(self.deepest, reach)
+                self.paths.extend(self.lets[head].paths)
+                self.names.update(self.lets[head].names_read())
                 return True  # a let: name is worked out per subject
-            check_path(dotted, roots, lets)
+            check_path(dotted, self.roots, self.lets)
             if "." in dotted:
-                paths.append(dotted)
-            names.add(head)
+                self.paths.append(dotted)
+            self.names.add(head)
             return head in SUBJECT_NAMES
         else:
             for child in ast.iter_child_nodes(node):
-                dependent = visit(child, depth + 1) or dependent
+                dependent = self.visit(child, depth + 1) or dependent
         if not dependent and isinstance(node, MEMO_NODES):
-            free.add(id(node))
+            self.free.add(id(node))
         return dependent
 
-    visit(tree, 0)
+
+def compile_expression(
+    source: str, roots: Mapping[str, Any], lets: Mapping[str, Expression] | None = None
+) -> Expression:
+    """Parse and check an expression. ``roots`` maps each name to its schema node; ``lets`` maps
+    the rule's let: names it may read to their compiled expressions."""
+    lets = lets or {}
+    if not isinstance(source, str) or not source.strip():
+        raise ExpressionError("empty expression")
+    if len(source) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        where = f" at column {exc.offset}" if exc.offset else ""
+        raise ExpressionError(f"invalid syntax{where}: {exc.msg}") from None
+    except (ValueError, MemoryError, RecursionError) as exc:  # Python < 3.12: NUL bytes are a ValueError
+        raise ExpressionError(f"invalid expression: {exc}") from None
+    checker = _Checker(roots, lets)
+    checker.visit(tree, 0)
     return Expression(
         source=source.strip(),
         tree=tree.body,
-        paths=tuple(dict.fromkeys(paths)),
-        free=frozenset(free),
-        names=frozenset(names),
-        depth=deepest[0],
+        paths=tuple(dict.fromkeys(checker.paths)),
+        free=frozenset(checker.free),
+        names=frozenset(checker.names),
+        depth=checker.deepest,
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..findings import Severity
 from ..schemas import validate
 from ..tables import builtin_rules_dir, load_tables
-from . import factpaths
+from . import collector, factpaths
 from .evaluator import SUBJECT_NAMES, Expression
 from .expressions import MAX_EXPRESSION_LENGTH, ExpressionError, compile_expression
 from .helpers.registry import FUNCTIONS
@@ -349,6 +349,7 @@ def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
 GATE_RULES = "gate"  # the folder of built-in rules that only the gate loads (its checks, ids gate-...)
 
 
+@collector.paused()  # every compiled rule lives on: collections would only walk them (collector.py)
 def load_rules(
     extra_dirs: Iterable[str | os.PathLike[str]] = (),
     include_builtin: bool = True,

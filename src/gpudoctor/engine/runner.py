@@ -37,6 +37,7 @@ from ..findings import (
     Subject,
     cut_text,
 )
+from . import collector
 from .evaluator import DeadlineExceeded, LetValue, RunCache
 from .factpaths import SECTIONS
 from .helpers.registry import bind
@@ -334,6 +335,7 @@ def judging_deadline(run_deadline: float) -> float:
     return max(run_deadline, time.monotonic() + JUDGING_GRACE_S)
 
 
+@collector.paused()  # the findings and what the run shares live on: collections would only walk them
 def run_rules(
     ruleset: RuleSet,
     facts: Mapping[str, Any],

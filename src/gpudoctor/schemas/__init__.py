@@ -31,7 +31,8 @@ def _validator(name: str) -> Callable[[Any], Any]:
     import importlib
 
     try:
-        module = importlib.import_module(f"{__name__}._validate_{name}")
+        # the module name as scripts/gen_validators.py writes it (gate-report -> _validate_gate_report)
+        module = importlib.import_module(f"{__name__}._validate_{name.replace('-', '_')}")
         return module.validate  # type: ignore[no-any-return]
     except ImportError:
         import fastjsonschema

@@ -189,3 +189,68 @@ def test_a_report_with_the_most_gpus_an_envelope_holds_merges_quickly(capsys, tm
     code, out, _ = cli(capsys, "report", "merge", "--format", "json", path)
     assert code == 0 and sum(json.loads(out)["nodes"][0]["gpu_models"].values()) == 4096
     assert time.monotonic() - started < 5
+
+
+def _gpu_findings_failed(data: dict, gpu: dict, how: str) -> None:
+    """Three findings of one GPU made failures, naming it by bus id, by UUID only and by label only."""
+    mine = [
+        f for f in data["findings"] if f["subject"]["kind"] == "gpu" and f["subject"].get("bus_id") == gpu["bus_id"]
+    ]
+    assert len(mine) >= 3
+    for finding, name in zip(mine, ("bus", "uuid", how)):
+        finding["status"] = "fail"
+        if name != "bus":
+            finding["subject"].pop("bus_id")
+        if name == "label":
+            finding["subject"].pop("uuid")
+
+
+@pytest.mark.parametrize("envelope", [True, False])
+def test_failed_gpus_counts_gpus_not_findings(capsys, tmp_path, envelope):
+    def edit(data):
+        _gpu_findings_failed(data, data["envelope"]["gpus"][0], "uuid" if envelope else "label")
+        data["verdict"] = "fail"
+        if not envelope:
+            data.pop("envelope")
+
+    path = _check_json(capsys, tmp_path, "one-host.json", edit)
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", path)
+    model = json.loads(out)["gpu_models"]["NVIDIA H200"]
+    assert code == 1 and model["gpus"] == 2
+    # with the envelope the GPU is known under both names: one GPU; without, never more than there are
+    assert model["failed_gpus"] == (1 if envelope else 2)
+    code, text, _ = cli(capsys, "report", "merge", path)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("NVIDIA H200"))
+    assert row.split()[-4:] == ["1", "2", "1", str(model["failed_gpus"])]
+
+
+def test_the_newest_report_is_the_newest_instant_not_the_last_argument(capsys, tmp_path):
+    # 16:00 at +02:00 is 14:00 UTC: earlier than 15:00Z though its text sorts after it
+    def at(stamp, healthy):
+        def edit(data):
+            data["envelope"]["collected_at"] = stamp
+            if not healthy:
+                _gpu_findings_failed(data, data["envelope"]["gpus"][0], "uuid")
+                data["verdict"] = "fail"
+
+        return edit
+
+    earlier = _check_json(capsys, tmp_path, "earlier.json", at("2026-11-30T16:00:00+02:00", False))
+    later = _check_json(capsys, tmp_path, "later.json", at("2026-11-30T15:00:00Z", True))
+    for order in ([earlier, later], [later, earlier]):
+        code, out, _ = cli(capsys, "report", "merge", "--format", "json", *order)
+        data = json.loads(out)
+        assert code == 0 and data["replaced_reports"] == [{"node": "gpu-host", "source": earlier}]
+        code, text, _ = cli(capsys, "report", "merge", *order)
+        assert f"(an older report for gpu-host was left out: {earlier})" in text
+
+
+def test_without_a_time_the_later_argument_counts_and_the_summary_says_why(capsys, tmp_path):
+    def untimed(data):
+        data["envelope"]["collected_at"] = None
+        data.pop("generated_at", None)
+
+    first = _check_json(capsys, tmp_path, "first.json", untimed)
+    second = _check_json(capsys, tmp_path, "second.json")
+    code, text, _ = cli(capsys, "report", "merge", first, second)
+    assert f"(an earlier report on the command line (no time to compare) for gpu-host was left out: {first})" in text

@@ -7,13 +7,15 @@ envelope (render/envelope.py): a node is named by its hostname and its GPUs by m
 envelope's GPU list. Reports of gpudoctor versions before the envelope are still read: a gate
 report's top-level ``hostname`` and ``gpus``, a check report's human host line (its first word,
 and "2× NVIDIA H200" for the models). When several reports name the same node, the newest
-(``generated_at`` of a gate report, else when the facts were read), else the last one given, counts.
+(``generated_at`` of a gate report, else when the facts were read), compared as instants, counts;
+where one of two has no time, the one later on the command line counts.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Sequence
 
 # "2× NVIDIA H200" in a check report's host line. The line comes from a report file (outside
@@ -115,13 +117,15 @@ def load_report(path: str) -> NodeResult:
         blocking = [f"{f['rule']}: {f['subject']['label']}: {f['message']}" for f in findings if f["status"] == "fail"]
 
     models: dict[str, int] = {}
-    model_of: dict[str, str] = {}  # bus id or uuid -> model
-    for g in gpus or ():
+    model_of: dict[str, tuple[str, str]] = {}  # bus id or uuid -> (model, the GPU's one key)
+    for number, g in enumerate(gpus or ()):
         model = g["name"] or "unknown GPU"
         models[model] = models.get(model, 0) + 1
+        # one key per GPU of the list, so findings naming it by bus id and by UUID count it once
+        gpu_key = g["bus_id"] or g["uuid"] or f"#{number}"
         for key in (g["bus_id"], g["uuid"]):
             if key:
-                model_of[key] = model
+                model_of[key] = (model, gpu_key)
     if gpus is None:
         models = _models_from_host_line(data["host"])
     failed_gpus: dict[str, set[str]] = {}
@@ -130,19 +134,24 @@ def load_report(path: str) -> NodeResult:
         if f["status"] != "fail" or subject["kind"] != "gpu":
             continue
         bus, uuid = subject.get("bus_id"), subject.get("uuid")
-        model = model_of.get(bus or "") or model_of.get(uuid or "")
-        if model is None and gpus is None and len(models) == 1:
+        known = model_of.get(bus or "") or model_of.get(uuid or "")
+        if known is None and gpus is None and len(models) == 1:
             # an old check report does not say which model a failing GPU is; with one model it is clear
-            model = next(iter(models))
-        if model is not None:
-            failed_gpus.setdefault(model, set()).add(bus or subject["label"])
+            known = (next(iter(models)), bus or uuid or subject["label"])
+        if known is not None:
+            failed_gpus.setdefault(known[0], set()).add(known[1])
+    for model, failing in failed_gpus.items():
+        # GPUs, not findings: never more failing GPUs of a model than the report lists (an old report
+        # may name one GPU by bus id in one finding and by label in another)
+        if len(failing) > models.get(model, 0):
+            failed_gpus[model] = set(sorted(failing)[: models.get(model, 0)])
     return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus)
 
 
 @dataclass
 class Fleet:
     nodes: list[NodeResult]
-    replaced: list[tuple[str, str]]  # (node, report that a newer one replaced)
+    replaced: list[tuple[str, str, str]]  # (node, report that a newer one replaced, why it is the older)
 
     def checks(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -178,22 +187,38 @@ class Fleet:
             "checks": self.checks(),
             "gpu_models": self.models(),
             "nodes": [n.to_json() for n in self.nodes],
-            "replaced_reports": [{"node": node, "source": source} for node, source in self.replaced],
+            "replaced_reports": [{"node": node, "source": source} for node, source, _ in self.replaced],
         }
 
 
+def _moment(stamp: str) -> datetime | None:
+    """A report's time as an aware datetime (ISO 8601; a time without an offset is UTC), None
+    when it has none or it does not parse: then the command-line position decides."""
+    if not stamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def merge(paths: Sequence[str]) -> Fleet:
+    """The fleet of the reports at `paths`. Of several reports of one node the newest counts, by
+    the reports' own times (compared as instants, so offsets do not matter); where either of
+    two lacks a time, the one later on the command line counts."""
     by_node: dict[str, NodeResult] = {}
-    replaced: list[tuple[str, str]] = []
+    replaced: list[tuple[str, str, str]] = []
     for path in paths:
         result = load_report(path)
         old = by_node.get(result.node)
         if old is not None:
-            # the newer report wins (its generated_at, else when its facts were read); without times, the later argument
-            keep_old = bool(old.generated_at and result.generated_at and old.generated_at > result.generated_at)
-            if keep_old:
-                replaced.append((result.node, result.source))
+            then, now = _moment(old.generated_at), _moment(result.generated_at)
+            timed = then is not None and now is not None
+            why = "an older report" if timed else "an earlier report on the command line (no time to compare)"
+            if timed and then > now:  # type: ignore[operator]
+                replaced.append((result.node, result.source, why))
                 continue
-            replaced.append((old.node, old.source))
+            replaced.append((old.node, old.source, why))
         by_node[result.node] = result
     return Fleet(nodes=sorted(by_node.values(), key=lambda n: n.node), replaced=replaced)

@@ -156,8 +156,10 @@ def test_workload_fit_column_and_filter():
 def test_tiers_text_marks_this_machine(capsys):
     assert run(["tiers", "--facts", SNAPSHOT, "--no-color"]) == 0
     out = capsys.readouterr().out
-    h200 = next(x for x in out.splitlines() if x.split()[1:3] == ["NVIDIA", "H200"] and "SXM" in x)
-    assert "this machine: GPU 0, 1" in h200
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.split()[1:3] == ["NVIDIA", "H200"] and "SXM" in x)
+    # beside its row where it fits the width, else on the line under it
+    assert "this machine: GPU 0, 1" in lines[at] or lines[at + 1].strip() == "◀ this machine: GPU 0, 1"
     assert "h200-sxm-141gb (by pci id)" in out
     assert "DENSE" in out
 

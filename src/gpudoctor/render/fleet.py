@@ -10,8 +10,8 @@ def render_text(fleet: Any) -> str:
     data = fleet.to_json()
     t = data["totals"]
     lines = [f"gpudoctor fleet: {t['nodes']} node(s) · {t['go']} go · {t['no_go']} no-go"]
-    for node, source in fleet.replaced:
-        lines.append(f"  (an older report for {node} was left out: {source})")
+    for node, source, why in fleet.replaced:
+        lines.append(f"  ({why} for {node} was left out: {source})")
     bad = [n for n in fleet.nodes if n.verdict != "go"]
     if bad:
         lines += ["", "No-go nodes"]

@@ -32,3 +32,55 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
 def fits(lines: list[str], width: int) -> bool:
     """Whether every line is at most `width` columns."""
     return all(len(line) <= width for line in lines)
+
+
+# First words of a line that is a command to copy (a rule's fix puts a command on a line of its
+# own, often indented): such a line is printed whole, however long.
+_COMMAND_WORDS = frozenset(
+    {
+        "sudo",
+        "pip",
+        "pip3",
+        "python",
+        "python3",
+        "printf",
+        "echo",
+        "unset",
+        "export",
+        "systemctl",
+        "nvidia-smi",
+        "modprobe",
+        "docker",
+        "kubectl",
+        "apt",
+        "apt-get",
+        "dnf",
+        "yum",
+        "journalctl",
+        "dmesg",
+        "ip",
+        "ibstat",
+        "cat",
+        "grep",
+        "ls",
+        "mokutil",
+        "dkms",
+        "gpudoctor",
+    }
+)
+
+
+def is_command_line(line: str) -> bool:
+    """Whether a line of fix text is a command (indented, or starting with a command's name)."""
+    if line[:1].isspace() and line.strip():
+        return True
+    first = line.split(" ", 1)[0]
+    return first in _COMMAND_WORDS
+
+
+def wrap_unless_command(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """wrap(), except that a command line (is_command_line) is kept on one line, escaped, after
+    `first`: whoever copies it gets it in one piece."""
+    if is_command_line(text):
+        return [first + printable_flow(text.rstrip())]
+    return wrap(text, width, first, rest)

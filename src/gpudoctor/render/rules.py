@@ -6,12 +6,12 @@ characters as visible escapes; the newlines of a multi-line expression or paragr
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import Any
 
 from ..engine.loader import Rule, RuleSet
-from ..escaping import printable, printable_flow, printable_lines
+from ..escaping import printable, printable_lines
 from ..findings import AREAS
+from .layout import wrap, wrap_unless_command
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:
@@ -39,8 +39,11 @@ def list_json(ruleset: RuleSet) -> str:
     return json.dumps([rule_dict(r) for r in ruleset.rules], indent=2, ensure_ascii=False) + "\n"
 
 
-def list_text(ruleset: RuleSet) -> str:
-    width = max([len(printable(r.id)) for r in ruleset.rules] + [4])
+def list_text(ruleset: RuleSet, width: int = 100) -> str:
+    """One line per rule, grouped by area; a title that does not fit `width` wraps under itself,
+    and where the id, severity and subject columns leave under 20 columns for the title, each
+    rule is its id on a line, then its severity, subject and title under it."""
+    id_width = max([len(printable(r.id)) for r in ruleset.rules] + [4])
     lines = []
     for area, heading in AREAS.items():
         rules = [r for r in ruleset.rules if r.area == area]
@@ -48,24 +51,35 @@ def list_text(ruleset: RuleSet) -> str:
             continue
         lines.append(f"{heading}")
         for r in rules:
-            lines.append(
-                f"  {printable(r.id):<{width}}  {r.severity.value:<7}  {printable(r.subject):<9}  {printable(r.title)}"
-            )
-    lines.append(f"\n{len(ruleset.rules)} rules. `gpudoctor rules show ID` explains one.")
+            lead = f"  {printable(r.id):<{id_width}}  {r.severity.value:<7}  {printable(r.subject):<9}  "
+            if width - len(lead) >= 20:
+                lines.extend(wrap(printable(r.title), width, lead))
+            else:  # no room for columns: the id alone, then severity, subject and title under it
+                lines.append(f"  {printable(r.id)}")
+                lines.extend(
+                    wrap(f"{r.severity.value} · {printable(r.subject)} · {printable(r.title)}", width, "      ")
+                )
+    lines.append("")
+    lines.extend(wrap(f"{len(ruleset.rules)} rules. `gpudoctor rules show ID` explains one.", width))
     return "\n".join(lines) + "\n"
 
 
-def show_text(rule: Rule) -> str:
+def show_text(rule: Rule, width: int = 100) -> str:
     def block(label: str, text: str) -> list[str]:
         out = [f"{label}:"]
         for para in text.strip().splitlines():
-            out.extend(textwrap.wrap(printable_flow(para), 96, initial_indent="  ", subsequent_indent="  ") or [""])
+            # a margin of 4 columns, as the 96 of before at the default 100
+            out.extend(wrap_unless_command(para, width - 4, "  "))
         return out
 
     lines = [
-        f"{printable(rule.id)}: {printable(rule.title)}",
-        f"area: {printable(AREAS.get(rule.area, rule.area))} · severity: {rule.severity.value} · "
-        f"subject: {printable(rule.subject)}" + (f" · tags: {printable(', '.join(rule.tags))}" if rule.tags else ""),
+        *wrap(f"{printable(rule.id)}: {printable(rule.title)}", width),
+        *wrap(
+            f"area: {printable(AREAS.get(rule.area, rule.area))} · severity: {rule.severity.value} · "
+            f"subject: {printable(rule.subject)}"
+            + (f" · tags: {printable(', '.join(rule.tags))}" if rule.tags else ""),
+            width,
+        ),
         "",
         *block("Why it matters", rule.why),
         "",
@@ -76,10 +90,10 @@ def show_text(rule: Rule) -> str:
     if rule.applies:
         lines.append(f"Applies when:  {printable_lines(rule.applies.source)}")
     lines.append(f"Fails when:    {printable_lines(rule.fail_if.source)}")
-    lines.append(f"Reads:         {printable(', '.join(rule.facts_used)) or '-'}")
+    lines.extend(wrap(printable(", ".join(rule.facts_used)) or "-", width, "Reads:         "))
     if rule.superseded_by:
         named = printable(", ".join(rule.superseded_by))
-        lines.append(f"Stands aside:  where {named} fails on the same subject or the host")
+        lines.extend(wrap(f"where {named} fails on the same subject or the host", width, "Stands aside:  "))
     lines.append("")
     lines.extend(block("Message", rule.message.source))
     lines.append("")
@@ -89,7 +103,8 @@ def show_text(rule: Rule) -> str:
     lines.extend(block("Fix", rule.fix.source))
     lines.append("")
     lines.append("References:")
-    lines.extend(f"  - {printable(ref)}" for ref in rule.refs)
+    for ref in rule.refs:
+        lines.extend(wrap(printable(ref), width, "  - "))
     if rule.docs:
         lines.append(f"Docs: {printable(rule.docs)}")
     lines.append(f"Defined in {printable(rule.source)}:{rule.line}")

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from ..advice.gpu_specs import RATE_FIELDS
 from ..advice.tiers import TierList, TierRow
 from ..escaping import printable
+from .layout import wrap
 
 Style = Callable[..., str]
 
@@ -82,15 +83,44 @@ def _cells(r: TierRow, extra: str | None) -> list[str]:
     return cells
 
 
-def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
+# Columns left out, first to last, while the table is wider than the output: the price and power
+# (few rows have them), the non-tensor and TF32 rates, the link, bandwidth, FP8, BF16, memory.
+# What remains at the narrowest is the tier, the card, FP16 and the sort's own column.
+DROP_ORDER = ("launch $", "TDP W", "TF32", "FP32", "link GB/s", "BW GB/s", "FP8", "BF16", "memory")
+
+
+def _fitted(columns: list[tuple[str, int, str]], width: int, keep: str) -> list[int]:
+    """Indices of the columns shown at `width`: DROP_ORDER's columns go one by one (never `keep`,
+    the column the list is sorted by) until a row of the rest fits."""
+    shown = list(range(len(columns)))
+    for header in DROP_ORDER:
+        if sum(columns[i][1] for i in shown) + 2 * (len(shown) - 1) <= width:
+            break
+        if header != keep:
+            shown = [i for i in shown if columns[i][0] != header]
+    return shown
+
+
+_SORT_COLUMN = {"fp16": "FP16", "bf16": "BF16", "memory": "memory", "bandwidth": "BW GB/s"}
+
+
+def render_text(tl: TierList, style: Style = _plain, origin: str = "", width: int = 100) -> str:
+    """The tier list at `width` columns: prose wraps, the table leaves out columns (DROP_ORDER)
+    until it fits, and the mark of this machine's rows goes on a line of its own where it would
+    not fit beside its row."""
     lines: list[str] = []
     table = tl.table
-    lines.append(style(f"GPU tier list — sorted by {tl.sort.title}", bold=True))
-    lines.append(
-        "Datasheet peaks. Tensor rates are DENSE (vendors' 'with sparsity' figures are 2x and kept apart); "
-        "FP32 is the non-tensor rate."
+    lines.extend(
+        style(line, bold=True) for line in wrap(f"GPU tier list — sorted by {printable(tl.sort.title)}", width)
     )
-    lines.append("Tiers halve: S >= 1/2 of the best card, A >= 1/4, B >= 1/8, C >= 1/16, D below.")
+    lines.extend(
+        wrap(
+            "Datasheet peaks. Tensor rates are DENSE (vendors' 'with sparsity' figures are 2x and kept apart); "
+            "FP32 is the non-tensor rate.",
+            width,
+        )
+    )
+    lines.extend(wrap("Tiers halve: S >= 1/2 of the best card, A >= 1/4, B >= 1/8, C >= 1/16, D below.", width))
     columns = list(COLUMNS)
     extra_header = None
     if tl.sort.name in ("perf-per-watt", "perf-per-dollar"):
@@ -103,9 +133,12 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
     if tl.estimate is not None:
         est = tl.estimate
         lines.append("")
-        lines.append(style(f"Workload: {printable(est.workload.describe())}", bold=True))
-        lines.append(f"  assumed shape: {printable(est.shape.describe())}")
-        lines.extend(f"  {printable(text)}" for text in est.arithmetic())
+        lines.extend(
+            style(line, bold=True) for line in wrap(printable(est.workload.describe()), width, "Workload: ", "  ")
+        )
+        lines.extend(wrap(printable(est.shape.describe()), width, "  assumed shape: ", "    "))
+        for text in est.arithmetic():  # "label     formula": a continuation lines up with the formula
+            lines.extend(wrap(printable(text), width, "  ", " " * 12))
         fit = tl.machine_fit
         if fit is not None:
             verdict = (
@@ -115,31 +148,58 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
                 else f"does not fit on its {fit['gpus_here']} GPU(s) ({fit['per_gpu_gib']:,.0f} GiB needed per GPU, "
                 f"{fit['capacity_gib']:,.0f} GiB each)"
             )
-            lines.append(style(f"  This machine ({printable(fit['spec_id'])}): {verdict}", bold=True))
+            lines.extend(
+                style(line, bold=True)
+                for line in wrap(f"This machine ({printable(fit['spec_id'])}): {verdict}", width, "  ", "    ")
+            )
     lines.append("")
 
-    def fmt_row(cells: list[str]) -> str:
-        parts = []
-        for (_, width, align), cell in zip(columns, cells):
-            parts.append(f"{cell:{align}{width}}")
-        return "  ".join(parts).rstrip()
-
-    lines.append(style(fmt_row([c[0] for c in columns]), bold=True))
+    rows: list[tuple[TierRow, list[str]]] = []
     for r in tl.rows:
         extra = None
         if tl.estimate is not None and r.fit is not None:
             extra = r.fit.words()
         elif extra_header:
             extra = _fmt(r.value, 1)
-        text = fmt_row(_cells(r, extra))
+        rows.append((r, _cells(r, extra)))
+    # a column is as wide as its widest cell (a long link name or workload fit is never cut)
+    # (the workload or per-watt column last stays as declared: its text wraps under itself)
+    columns = [
+        (header, size if i == 12 else max([size] + [len(cells[i]) for _, cells in rows if i < len(cells)]), align)
+        for i, (header, size, align) in enumerate(columns)
+    ]
+    shown = _fitted(columns, width, _SORT_COLUMN.get(tl.sort.name, ""))
+
+    def fmt_row(cells: list[str]) -> str:
+        parts = [f"{cells[i]:{columns[i][2]}{columns[i][1]}}" for i in shown]
+        return "  ".join(parts).rstrip()
+
+    lines.append(style(fmt_row([c[0] for c in columns]), bold=True))
+    for r, cells in rows:
+        text = fmt_row(cells)
+        if len(text) > width and extra_header:
+            lead = fmt_row(cells[:12] + [""]) if len(shown) > 1 else ""
+            lead += " " * (sum(columns[i][1] + 2 for i in shown[:-1]) - len(lead))
+            *above, text = wrap(cells[12], width, lead)
+            lines.extend(above)
         mark = _mark(r)
-        if mark:
+        if mark and len(text) + 2 + len(mark) <= width:
             text = style(f"{text}  {mark}", bold=True, fg="green")
+        elif mark:
+            lines.append(style(text, bold=True, fg="green"))
+            text = style(f"      {mark}", bold=True, fg="green")
         lines.append(text)
+    if len(shown) < len(columns):
+        left_out = ", ".join(columns[i][0] for i in range(len(columns)) if i not in shown)
+        lines.extend(
+            wrap(f"Columns left out to fit {width} columns: {left_out} (COLUMNS=200 or --format json).", width)
+        )
     if tl.hidden:
         names = ", ".join(printable(r.row.get("name", r.id)) for r in tl.hidden)
         lines.append("")
-        lines.append(f"Left out ({len(tl.hidden)}), more than 8 would be needed: {names} (--all shows them)")
+        lines.extend(
+            wrap(f"Left out ({len(tl.hidden)}), more than 8 would be needed: {names} (--all shows them)", width)
+        )
     unmatched = [g for g in tl.machine if not g.spec_id]
     matched = [g for g in tl.machine if g.spec_id]
     lines.append("")
@@ -148,19 +208,25 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "") -> str:
             printable(f"{g.label} {g.name or ''}") + f" → {printable(g.spec_id)} (by {printable(g.matched_by)})"
             for g in matched
         ]
-        lines.append("This machine: " + ", ".join(described))
+        lines.extend(wrap("This machine: " + ", ".join(described), width))
     for g in unmatched:
         why = f"candidates {printable(', '.join(g.candidates))}" if g.candidates else "no row has its PCI id or name"
-        lines.append(
-            f"This machine: {printable(g.label)} {printable(g.name or g.pci_id or '')} is not in the table ({why})"
+        lines.extend(
+            wrap(
+                f"This machine: {printable(g.label)} {printable(g.name or g.pci_id or '')} is not in the table ({why})",
+                width,
+            )
         )
     if not tl.machine:
-        lines.append(f"This machine: no GPUs found{f' ({printable(origin)})' if origin else ''}")
+        lines.extend(wrap(f"This machine: no GPUs found{f' ({printable(origin)})' if origin else ''}", width))
     sources = table.get("source")
-    lines.append(
-        f"Figures from the vendors' datasheets (each row's source: --format json), "
-        f"read {printable(table.get('retrieved', '?'))}; "
-        f"table: rules/data/gpu_specs.yaml" + (f" ({len(sources)} sources)" if isinstance(sources, list) else "")
+    lines.extend(
+        wrap(
+            f"Figures from the vendors' datasheets (each row's source: --format json), "
+            f"read {printable(table.get('retrieved', '?'))}; "
+            f"table: rules/data/gpu_specs.yaml" + (f" ({len(sources)} sources)" if isinstance(sources, list) else ""),
+            width,
+        )
     )
     return "\n".join(lines) + "\n"
 

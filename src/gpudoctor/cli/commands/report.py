@@ -16,8 +16,9 @@ MERGE_HELP = """\b
 Reads gate reports (gpudoctor gate --json PATH) and check reports
 (gpudoctor check --format json); a directory stands for the *.json
 files in it. Nodes are named by the hostname in each report's
-envelope; for a node reported twice, the newer report (a gate report's
-time, else when its facts were read; else the later file) counts.
+envelope; for a node reported twice, the newer report by the reports'
+own times (a gate report's time, else when its facts were read) counts;
+where one of the two has no time, the later one on the command line.
 
 \b
 Exit status:

@@ -9,7 +9,7 @@ import click
 from ..errors import UserError
 from ..load import load_ruleset
 from ..options import format_option, rules_option
-from ..output import say, write_output
+from ..output import output_width, say, write_output
 from ..registry import help_text
 
 
@@ -26,7 +26,8 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
     from ...render.rules import list_json, list_text
 
     ruleset = load_ruleset(rule_dirs, gate=True)  # the gate's checks too (area gate)
-    write_output(list_json(ruleset) if fmt == "json" else list_text(ruleset), None)
+    width = output_width(sys.stdout)
+    write_output(list_json(ruleset) if fmt == "json" else list_text(ruleset, width), None)
 
 
 @command.command("show")
@@ -43,7 +44,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
 
         close = difflib.get_close_matches(rule_id, [r.id for r in ruleset.rules], n=3)
         raise UserError(f"no rule {rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
-    write_output(show_text(rule), None)
+    write_output(show_text(rule, output_width(sys.stdout)), None)
 
 
 @command.command("validate")

@@ -9,7 +9,7 @@ import click
 from ..errors import UserError
 from ..load import obtain_facts
 from ..options import ProbeOptions, color_option, facts_option, format_option, output_option, root_options
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import help_text
 
 EPILOG = """\b
@@ -135,6 +135,7 @@ def command(
     if fmt == "json":
         text = render_json(tl, origin)
     else:
-        style = style_for(sys.stdout, color, to_file=bool(output and output != "-"))
-        text = render_text(tl, style, origin)
+        to_file = bool(output and output != "-")
+        style = style_for(sys.stdout, color, to_file=to_file)
+        text = render_text(tl, style, origin, output_width(sys.stdout, to_file))
     write_output(text, output, colour=coloured(style))

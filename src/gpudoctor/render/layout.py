@@ -4,6 +4,13 @@ The renderers take a `width` (columns) from the CLI (cli/output.output_width) an
 out with these helpers, so nothing is ever cut mid-token: textwrap's word and hyphen breaking is
 off (a long path or a flag stays whole and the line runs long instead), and a command line is
 never wrapped at all (whoever copies it must get it in one piece).
+
+Commands in a rule's fix text (`fix_lines`), the convention rules/*.yaml follow:
+- a fix line that is a command (indented, or starting with a command word, COMMAND_WORDS) is
+  printed as it is, however long;
+- in a prose line, a `backticked` span and an inline command (a command word after ": " or "(",
+  running to its end) are single pieces: moved to the next line whole when they do not fit, never
+  split; a piece longer than the width runs long on a line of its own.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ def is_command(line: str) -> bool:
 
 
 def _command_end(text: str, start: int) -> int:
-    quote = ""
+    quote, depth = "", 0
     i = start
     while i < len(text):
         ch = text[i]
@@ -62,6 +69,12 @@ def _command_end(text: str, start: int) -> int:
             quote = "" if ch == quote else quote
         elif ch in "'\"":
             quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break  # the prose's parenthesis that the command sat in
+            depth -= 1
         elif any(text.startswith(end, i) for end in _COMMAND_ENDS):
             break
         i += 1
@@ -73,8 +86,8 @@ def _command_end(text: str, start: int) -> int:
 
 def units(text: str) -> list[str]:
     """`text` cut into the pieces that `wrap_units` never breaks: words, a `backticked` span, and
-    an inline command: a command word after ": " (or at the start) up to its end (_COMMAND_ENDS
-    outside quotes, or the end of the line)."""
+    an inline command: a command word after ": ", after "(" or at the start, up to its end (one of
+    _COMMAND_ENDS or the closing parenthesis it sat in, outside quotes; else the end of the line)."""
     out: list[str] = []
     i, n = 0, len(text)
     at_start = True
@@ -91,6 +104,8 @@ def units(text: str) -> list[str]:
             after_colon = at_start or text[:i].endswith(": ")
             if after_colon and word in COMMAND_WORDS:
                 end = _command_end(text, i)
+            elif word.startswith("(") and word[1:] in COMMAND_WORDS:
+                end = _command_end(text, i + 1)
         # punctuation right after a span stays with it, so no line starts with ',' or ')'
         while end < n and text[end] in ".,;:)":
             end += 1
@@ -109,7 +124,7 @@ def commands(text: str) -> list[str]:
             out.append(line.strip())
             continue
         for unit in units(line):
-            core = unit.rstrip(".,;:)")
+            core = unit.rstrip(".,;:)").lstrip("(")
             if core.startswith("`") or (" " in core and core.split()[0] in COMMAND_WORDS):
                 out.append(core)
     return out

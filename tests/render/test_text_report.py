@@ -155,3 +155,16 @@ def test_check_exits_3_when_nothing_could_be_judged(capsys):
     code = run(["check", "--root", str(HOSTS / "no-driver"), "--only", "persistence-mode-off", "--format", "json"])
     out, _ = capsys.readouterr()
     assert code == 3 and '"verdict": "not_judged"' in out and '"exit_code": 3' in out
+
+
+def test_layout_keeps_spans_and_inline_commands_whole():
+    said = "Look (`apt-cache madison pkg` lists it): sudo systemctl restart x, then (docker rm -f c) again"
+    pieces = layout.units(said)
+    assert "(`apt-cache madison pkg`" in pieces and "sudo systemctl restart x," in pieces
+    assert "(docker rm -f c)" in pieces
+    assert layout.commands(said) == ["`apt-cache madison pkg`", "sudo systemctl restart x", "docker rm -f c"]
+    # an indented fix line is a command: printed as it is, however narrow the terminal
+    assert layout.fix_lines("Do this:\n  printf 'a b' | sudo tee /etc/x.conf", 20, "fix: ", "     ") == [
+        "fix: Do this:",
+        "       printf 'a b' | sudo tee /etc/x.conf",
+    ]

@@ -95,8 +95,9 @@ def units(text: str) -> list[str]:
         if text[i] == " ":
             i += 1
             continue
-        if text[i] == "`" and "`" in text[i + 1 :]:
-            end = text.index("`", i + 1) + 1
+        tick = i + 1 if text.startswith("(`", i) else i  # a span may open inside a parenthesis
+        if text[tick] == "`" and "`" in text[tick + 1 :]:
+            end = text.index("`", tick + 1) + 1
         else:
             end = text.find(" ", i)
             end = n if end < 0 else end

@@ -236,8 +236,9 @@ KIND_NAMES = {
 }
 
 
-def _subjects(findings: list[Finding]) -> str:
-    """'the host, 2 GPUs and 2 ports': the distinct subjects of these findings, by kind."""
+def _subjects(findings: list[Finding]) -> list[str]:
+    """['the host,', '2 GPUs', 'and', '2 ports']: the distinct subjects of these findings, by
+    kind, in pieces that a line is never broken inside (a count stays with its noun)."""
     kinds: dict[str, set[str]] = {}
     for f in findings:
         kinds.setdefault(f.subject.kind, set()).add(f.subject.label)
@@ -246,7 +247,9 @@ def _subjects(findings: list[Finding]) -> str:
     for kind, labels in sorted(kinds.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9):
         one, several = KIND_NAMES.get(kind, ("subject", "subjects"))
         parts.append(one if kind == "host" else f"{len(labels)} {one if len(labels) == 1 else several}")
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    if len(parts) == 1:
+        return parts
+    return [*(p + "," for p in parts[:-2]), parts[-2], "and", parts[-1]]
 
 
 def _passed_lines(report: Report, style: Style, verbose: bool, width: int) -> list[str]:
@@ -268,8 +271,8 @@ def _passed_lines(report: Report, style: Style, verbose: bool, width: int) -> li
                 lines.extend(_finding_lines(f, f.subject.label, list(f.evidence), style, width))
             continue
         checks = len({f.rule_id for f in found})
-        said = f"{title}: {checks} check{'s' if checks != 1 else ''} passed on {_subjects(found)}"
-        first, *more = wrap(said, width - 10)
+        said = [*f"{title}:".split(" "), f"{checks} check{'s' if checks != 1 else ''}", "passed", "on"]
+        first, *more = _pack(said + _subjects(found), width - len(INDENT))
         lines.append(f"  {mark} {first}")
         lines.extend(INDENT + x for x in more)
     return lines

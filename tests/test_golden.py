@@ -25,3 +25,16 @@ def test_golden_reports(scenario):
     report = Report(findings=run_rules(RULESET, facts), facts_origin=f"fixture {scenario}")
     check(GOLDEN / f"{scenario}.txt", text.render(report, facts))
     check(GOLDEN / f"{scenario}.json", json_report.render(report, facts))
+
+
+# What a terminal of 60, 80 or 120 columns shows (check passes the terminal's width): a failing
+# host, one without a driver, a healthy one and the real H200 snapshot.
+WIDTH_SCENARIOS = ["nvlink-down-8gpu", "no-driver", "healthy-2gpu", "h200-x2-real"]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+@pytest.mark.parametrize("scenario", WIDTH_SCENARIOS)
+def test_golden_text_at_terminal_widths(scenario, width):
+    facts = probed(scenario)
+    report = Report(findings=run_rules(RULESET, facts), facts_origin=f"fixture {scenario}")
+    check(GOLDEN / "width" / f"{scenario}.{width}.txt", text.render(report, facts, width=width))

@@ -381,6 +381,15 @@ class Report:
         """Failed findings at or above the fail-on severity."""
         return [f for f in self.findings if f.status is Status.FAIL and f.severity.rank >= self.fail_on.rank]
 
+    def nothing_judged(self) -> bool:
+        """Whether not one check could be judged: none passed, none failed, and some were unknown or
+        rule errors (every probe timed out, say). `check` must not call that OK."""
+        c = self.counts()
+        return c["pass"] == 0 and c["fail"] == 0 and c["unknown"] + c["error"] > 0
+
     @property
     def exit_code(self) -> int:
-        return 1 if self.blocking() else 0
+        """1 a check failed at or above --fail-on; 3 nothing could be judged; else 0."""
+        if self.blocking():
+            return 1
+        return 3 if self.nothing_judged() else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor.render.layout import is_command_line
+from gpudoctor.render.layout import is_command
 from tests.conftest import HOSTS
 from tests.helpers.golden import GOLDEN, check
 from tests.preflight.helpers import cli
@@ -21,7 +21,7 @@ def too_wide(text: str, width: int, code_prefixes: tuple[str, ...] = ()) -> list
     command line or a line of code (`code_prefixes`: rules show's expressions)."""
     bad = []
     for line in text.splitlines():
-        if len(line) <= width or is_command_line(line.strip()) or line.startswith(code_prefixes):
+        if len(line) <= width or is_command(line.strip()) or line.startswith(code_prefixes):
             continue
         indent = len(line) - len(line.lstrip())
         words = line.split()
@@ -86,7 +86,7 @@ def test_rules_show_fits_and_never_wraps_a_command(capsys, monkeypatch, width):
         out = run_at(capsys, monkeypatch, width, "rules", "show", rule["id"])
         assert too_wide(out, width, ("Applies when:", "Fails when:", "  ")) == [], rule["id"]
         for line in rule["fix"].splitlines():
-            if is_command_line(line):  # printed whole, on one line
+            if is_command(line):  # printed whole, on one line
                 assert line.rstrip() in out, (rule["id"], line)
 
 

@@ -26,6 +26,7 @@ EXIT_HELP = """\b
 Exit status:
   0  no check failed at or above --fail-on
   1  a check failed at or above --fail-on
+  3  check: no check could be judged (all unknown or rule errors)
   2  gpudoctor could not run (bad arguments, bad rule file,
      unreadable or incompatible snapshot, missing root)"""
 

@@ -20,7 +20,7 @@ def to_dict(report: Report, facts: Mapping[str, Any], include_skipped: bool = Fa
         "host": header(facts),
         "envelope": envelope(facts),
         "facts_origin": report.facts_origin,
-        "verdict": "fail" if report.blocking() else "pass",
+        "verdict": "fail" if report.blocking() else "not_judged" if report.nothing_judged() else "pass",
         "exit_code": report.exit_code,
         "fail_on": report.fail_on.value,
         "summary": report.counts(),

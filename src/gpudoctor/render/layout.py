@@ -4,6 +4,13 @@ The renderers take a `width` (columns) from the CLI (cli/output.output_width) an
 out with these helpers, so nothing is ever cut mid-token: textwrap's word and hyphen breaking is
 off (a long path or a flag stays whole and the line runs long instead), and a command line is
 never wrapped at all (whoever copies it must get it in one piece).
+
+Commands in a rule's fix text (`fix_lines`), the convention rules/*.yaml follow:
+- a fix line that is a command (indented, or starting with a command word, COMMAND_WORDS) is
+  printed as it is, however long;
+- in a prose line, a `backticked` span and an inline command (a command word after ": " or "(",
+  running to its end) are single pieces: moved to the next line whole when they do not fit, never
+  split; a piece longer than the width runs long on a line of its own.
 """
 
 from __future__ import annotations
@@ -34,53 +41,122 @@ def fits(lines: list[str], width: int) -> bool:
     return all(len(line) <= width for line in lines)
 
 
-# First words of a line that is a command to copy (a rule's fix puts a command on a line of its
-# own, often indented): such a line is printed whole, however long.
-_COMMAND_WORDS = frozenset(
-    {
-        "sudo",
-        "pip",
-        "pip3",
-        "python",
-        "python3",
-        "printf",
-        "echo",
-        "unset",
-        "export",
-        "systemctl",
-        "nvidia-smi",
-        "modprobe",
-        "docker",
-        "kubectl",
-        "apt",
-        "apt-get",
-        "dnf",
-        "yum",
-        "journalctl",
-        "dmesg",
-        "ip",
-        "ibstat",
-        "cat",
-        "grep",
-        "ls",
-        "mokutil",
-        "dkms",
-        "gpudoctor",
-    }
+# A command in a rule's fix text starts with one of these words (the rules in rules/*.yaml use no
+# other); they are how `fix_lines` tells a command from prose.
+_WORDS = (
+    "sudo pip pip3 python python3 apt apt-get apt-cache apt-mark dnf yum numactl nvidia-smi nvidia-ctk "
+    "nvidia-modprobe modprobe rmmod echo printf export unset setpci systemctl journalctl dmesg ls docker "
+    "kubectl mokutil ldconfig update-initramfs update-grub dracut grub2-mkconfig rocm-smi dcgmi gpudoctor "
+    "ulimit mount torchrun cat grep ip ibstat dkms"
 )
+COMMAND_WORDS = frozenset(_WORDS.split())
+# Where an inline command ends: the first of these outside quotes, or the end of the line.
+_COMMAND_ENDS = (" (", "; ", ", ", ". ", " — ", "  ")
 
 
-def is_command_line(line: str) -> bool:
-    """Whether a line of fix text is a command (indented, or starting with a command's name)."""
-    if line[:1].isspace() and line.strip():
-        return True
-    first = line.split(" ", 1)[0]
-    return first in _COMMAND_WORDS
+def is_command(line: str) -> bool:
+    """Whether a fix line is a command as a whole: indented, or starting with a command word."""
+    stripped = line.strip()
+    return bool(stripped) and (line[:1].isspace() or stripped.split()[0] in COMMAND_WORDS)
 
 
-def wrap_unless_command(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
-    """wrap(), except that a command line (is_command_line) is kept on one line, escaped, after
-    `first`: whoever copies it gets it in one piece."""
-    if is_command_line(text):
-        return [first + printable_flow(text.rstrip())]
-    return wrap(text, width, first, rest)
+def _command_end(text: str, start: int) -> int:
+    quote, depth = "", 0
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break  # the prose's parenthesis that the command sat in
+            depth -= 1
+        elif any(text.startswith(end, i) for end in _COMMAND_ENDS):
+            break
+        i += 1
+    end = i
+    while end > start and text[end - 1] in ".,;":
+        end -= 1  # a sentence's full stop is not part of the command
+    return end
+
+
+def units(text: str) -> list[str]:
+    """`text` cut into the pieces that `wrap_units` never breaks: words, a `backticked` span, and
+    an inline command: a command word after ": ", after "(" or at the start, up to its end (one of
+    _COMMAND_ENDS or the closing parenthesis it sat in, outside quotes; else the end of the line)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    at_start = True
+    while i < n:
+        if text[i] == " ":
+            i += 1
+            continue
+        tick = i + 1 if text.startswith("(`", i) else i  # a span may open inside a parenthesis
+        if text[tick] == "`" and "`" in text[tick + 1 :]:
+            end = text.index("`", tick + 1) + 1
+        else:
+            end = text.find(" ", i)
+            end = n if end < 0 else end
+            word = text[i:end]
+            after_colon = at_start or text[:i].endswith(": ")
+            if after_colon and word in COMMAND_WORDS:
+                end = _command_end(text, i)
+            elif word.startswith("(") and word[1:] in COMMAND_WORDS:
+                end = _command_end(text, i + 1)
+        # punctuation right after a span stays with it, so no line starts with ',' or ')'
+        while end < n and text[end] in ".,;:)":
+            end += 1
+        out.append(text[i:end])
+        at_start = False
+        i = end
+    return out
+
+
+def commands(text: str) -> list[str]:
+    """The commands in a fix text, as `fix_lines` keeps them whole: each command line, each
+    backticked span and each inline command (see `units`)."""
+    out: list[str] = []
+    for line in text.strip("\n").splitlines():
+        if is_command(line):
+            out.append(line.strip())
+            continue
+        for unit in units(line):
+            core = unit.rstrip(".,;:)").lstrip("(")
+            if core.startswith("`") or (" " in core and core.split()[0] in COMMAND_WORDS):
+                out.append(core)
+    return out
+
+
+def wrap_units(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """Like `wrap`, but the pieces of `units` are never broken: one that does not fit where the
+    line is goes on the next line; one longer than the width runs long on a line of its own."""
+    rest = " " * len(first) if rest is None else rest
+    lines: list[str] = []
+    line = first
+    fresh = True
+    for unit in units(printable_flow(text)):
+        if not fresh and len(line) + 1 + len(unit) > width:
+            lines.append(line)
+            line, fresh = rest, True
+        line = line + unit if fresh else f"{line} {unit}"
+        fresh = False
+    lines.append(line.rstrip() if fresh else line)
+    return lines
+
+
+def fix_lines(fix: str, width: int, first: str, rest: str) -> list[str]:
+    """A rule's fix text laid out to `width`. The convention the rules follow: a line that is a
+    command (`is_command`: indented, or starting with a command word) is printed as it is, never
+    wrapped; a prose line wraps, its backticked spans and inline commands kept whole (`units`)."""
+    out: list[str] = []
+    for i, para in enumerate(fix.strip("\n").splitlines()):
+        lead = first if i == 0 else rest
+        if is_command(para):
+            out.append(lead + printable_flow(para.rstrip()))
+        else:
+            out.extend(wrap_units(para, width, lead, rest) if para.strip() else [lead.rstrip()])
+    return out

@@ -11,7 +11,7 @@ from typing import Any
 from ..engine.loader import Rule, RuleSet
 from ..escaping import printable, printable_lines
 from ..findings import AREAS
-from .layout import wrap, wrap_unless_command
+from .layout import fix_lines, wrap
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:
@@ -67,9 +67,8 @@ def list_text(ruleset: RuleSet, width: int = 100) -> str:
 def show_text(rule: Rule, width: int = 100) -> str:
     def block(label: str, text: str) -> list[str]:
         out = [f"{label}:"]
-        for para in text.strip().splitlines():
-            # a margin of 4 columns, as the 96 of before at the default 100
-            out.extend(wrap_unless_command(para, width - 4, "  "))
+        # a margin of 4 columns, as the 96 of before at the default 100; commands never wrapped
+        out.extend(fix_lines(text.strip(), width - 4, "  ", "  "))
         return out
 
     lines = [

@@ -12,14 +12,15 @@ start a line of its own.
 from __future__ import annotations
 
 import dataclasses
-import textwrap
+import re
 from typing import Any, Callable, Mapping
 
 from ..engine.templates import format_value
-from ..escaping import printable, printable_flow
+from ..escaping import printable
 from ..facts import Unavailable
 from ..findings import AREAS, Cause, Finding, Report, Severity, Status
 from .envelope import host_of, versions_of
+from .layout import fix_lines, wrap, wrap_units
 
 Style = Callable[..., str]
 
@@ -38,8 +39,6 @@ STATUS_COLOURS: dict[str, dict[str, Any]] = {
     "unknown": {"fg": "magenta"},
     "ERROR": {"fg": "red", "reverse": True},
 }
-
-ORDER = {"ERROR": 0, "FAIL": 1, "warn": 2, "unknown": 3, "info": 4, "pass": 5}
 
 
 def badge(f: Finding) -> str:
@@ -110,107 +109,246 @@ def not_answered(facts: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render(report: Report, facts: Mapping[str, Any], style: Style = plain, verbose: bool = False) -> str:
+def render(
+    report: Report,
+    facts: Mapping[str, Any],
+    style: Style = plain,
+    verbose: bool = False,
+    quiet: bool = False,
+    width: int = WIDTH,
+) -> str:
+    """Problems first (failures by severity, then what could not be judged), each with why, what
+    was read and the fix; then one line per area for the passes (every pass with `verbose`, none
+    with `quiet`); then the summary and the verdict. Prose wraps to `width`, commands never."""
     lines: list[str] = []
     from .. import __version__
 
-    lines.append(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts))
-    if report.facts_origin != "live":
-        lines.append(f"facts: {printable(report.facts_origin)}")
+    if not quiet:
+        lines.extend(_flow(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts), width))
+        if report.facts_origin != "live":
+            lines.extend(_flow(f"facts: {printable(report.facts_origin)}", width))
     late = not_answered(facts)
     if late:
         shown = "; ".join(late[:3]) + (f"; and {len(late) - 3} more" if len(late) > 3 else "")
-        lines.append(style(f"did not answer in time: {shown}", fg="yellow"))
-    by_area: dict[str, list[Finding]] = {}
-    for f in report.findings:
-        by_area.setdefault(f.area, []).append(f)
-    rule_width = max([len(printable(f.rule_id)) for f in report.findings] + [10])
-    subject_width = max([len(printable(f.subject.label)) for f in report.findings if f.status is not Status.SKIP] + [4])
-    subject_width = min(subject_width, 24)
+        lines.extend(style(x, fg="yellow") for x in _flow(f"did not answer in time: {shown}", width))
     folded = {} if verbose else _shared_causes(report.findings)
     folded_ids = {id(f) for group in folded.values() for f in group}
-    for area, title in AREAS.items():
-        findings = [
-            f for f in by_area.get(area, []) if (f.status is not Status.SKIP or verbose) and id(f) not in folded_ids
-        ]
-        if not findings:
-            continue
+    area_rank = {area: i for i, area in enumerate(AREAS)}
+    problems = [
+        f
+        for f in report.findings
+        if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) and id(f) not in folded_ids
+    ]
+    problems.sort(key=lambda f: (PROBLEM_ORDER.get(badge(f), 9), area_rank.get(f.area, 99)))
+    merged = (
+        [(g[0], g[0].subject.label, list(g[0].evidence)) for g in [[f] for f in problems]]
+        if verbose
+        else [_merged(g) for g in _identical(problems)]
+    )
+    failed = [m for m in merged if m[0].status is Status.FAIL]
+    unjudged = [m for m in merged if m[0].status is not Status.FAIL]
+    if failed:
         lines.append("")
-        lines.append(style(title, bold=True, underline=True))
-        for row in _rows(findings, verbose):
-            f, label = row
-            b = badge(f)
-            status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
-            lines.append(
-                f"  {status} {printable(f.rule_id):<{rule_width}}  {printable(label):<{subject_width}}  "
-                f"{printable(f.message)}"
-            )
-            if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) or verbose:
-                indent = " " * 10
-                if f.detail:
-                    lines.extend(
-                        textwrap.wrap(
-                            printable_flow(f.detail),
-                            WIDTH,
-                            initial_indent=f"{indent}why:  ",
-                            subsequent_indent=indent + "      ",
-                        )
-                    )
-                if f.evidence:
-                    read = "; ".join(f"{printable(p)} = {_value(v)}" for p, v in f.evidence)
-                    lines.extend(
-                        textwrap.wrap(
-                            read, WIDTH, initial_indent=f"{indent}read: ", subsequent_indent=indent + "      "
-                        )
-                    )
-                if f.fix:
-                    for i, para in enumerate(f.fix.strip().splitlines()):
-                        lines.extend(
-                            textwrap.wrap(
-                                printable_flow(para),
-                                WIDTH,
-                                initial_indent=indent + ("fix:  " if i == 0 else "      "),
-                                subsequent_indent=indent + "      ",
-                            )
-                            or [indent]
-                        )
-    if folded:
+        lines.append(style("Failed", bold=True, underline=True))
+        for f, label, evidence in failed:
+            lines.extend(_finding_lines(f, label, evidence, style, width))
+    if unjudged or folded:
         lines.append("")
         lines.append(style("Could not check", bold=True, underline=True))
-        indent = " " * 10
-        for cause, group in folded.items():
-            status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
-            lines.append(
-                f"  {status} {len(group)} checks need {printable(cause.name)} facts, which are unavailable "
-                f"({printable(cause.said)})"
-            )
-            detail = max((f.detail for f in group), key=len)
-            if detail:
-                lines.extend(
-                    textwrap.wrap(
-                        printable_flow(detail),
-                        WIDTH,
-                        initial_indent=f"{indent}why:  ",
-                        subsequent_indent=indent + "      ",
-                    )
-                )
-            ids = ", ".join(dict.fromkeys(printable(f.rule_id) for f in group))
-            lines.extend(
-                textwrap.wrap(
-                    ids,
-                    WIDTH,
-                    initial_indent=f"{indent}checks: ",
-                    subsequent_indent=indent + "        ",
-                    break_on_hyphens=False,
-                )
-            )
-            subjects = ", ".join(dict.fromkeys(printable(f.subject.label) for f in group))
-            lines.extend(
-                textwrap.wrap(subjects, WIDTH, initial_indent=f"{indent}on:   ", subsequent_indent=indent + "      ")
-            )
+        for f, label, evidence in unjudged:
+            lines.extend(_finding_lines(f, label, evidence, style, width))
+        lines.extend(_folded_lines(folded, style, width))
+    if not quiet:
+        lines.extend(_passed_lines(report, style, verbose, width))
     lines.append("")
-    lines.extend(summary_lines(report, style))
+    lines.extend(summary_lines(report, style, width))
     return "\n".join(lines) + "\n"
+
+
+# Failures by severity, then what could not be judged (a rule that broke before an unknown).
+PROBLEM_ORDER = {"FAIL": 0, "warn": 1, "info": 2, "ERROR": 3, "unknown": 4, "pass": 5, "skip": 6}
+INDENT = " " * 10
+
+
+def _flow(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """Already escaped text (or text with colour codes) wrapped at spaces, never inside a word."""
+    return _pack(text.split(" "), width, first, rest, " ")
+
+
+def _pack(items: list[str], width: int, first: str = "", rest: str | None = None, sep: str = " ") -> list[str]:
+    """`items` joined by `sep` on lines of `width`; an item is never split (a long one runs long)."""
+    rest = " " * len(first) if rest is None else rest
+    out: list[str] = []
+    line, fresh = first, True
+    for item in (x for x in items if x):
+        if not fresh and len(line) + len(sep) + len(item) > width:
+            out.append(line + sep.rstrip())
+            line, fresh = rest, True
+        line = line + item if fresh else f"{line}{sep}{item}"
+        fresh = False
+    out.append(line)
+    return out
+
+
+def _finding_lines(f: Finding, label: str, evidence: list[tuple[str, Any]], style: Style, width: int) -> list[str]:
+    b = badge(f)
+    said = f"{printable(f.rule_id)} · {printable(label)}"
+    first, *more = _flow(said, width - len(INDENT))
+    lines = [f"  {style(f'{b:<7}', **STATUS_COLOURS.get(b, {}))} {first}", *(INDENT + x for x in more)]
+    lines.extend(wrap_units(f.message, width, INDENT))
+    if f.detail:
+        lines.extend(wrap_units(f.detail, width, f"{INDENT}why:  "))
+    if evidence:
+        read = [f"{printable(p)} = {_value(v)}" for p, v in evidence]
+        for line in _pack(read, width, f"{INDENT}read: ", sep="; "):
+            # a pair kept whole where it fits; one longer than a line wraps at its spaces
+            cut = len(INDENT) + len("read: ")
+            lines.extend([line] if len(line) <= width else _flow(line[cut:], width, line[:cut]))
+    if f.fix:
+        lines.extend(fix_lines(f.fix, width, f"{INDENT}fix:  ", INDENT + "      "))
+    return lines
+
+
+def _folded_lines(folded: dict[Cause, list[Finding]], style: Style, width: int) -> list[str]:
+    lines: list[str] = []
+    for cause, group in folded.items():
+        status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
+        said = f"{len(group)} checks need {cause.name} facts, which are unavailable ({cause.said})"
+        first, *more = wrap(said, width - 10, "")
+        lines.append(f"  {status} {first}")
+        lines.extend(INDENT + x for x in more)
+        detail = max((f.detail for f in group), key=len)
+        if detail:
+            lines.extend(wrap_units(detail, width, f"{INDENT}why:  "))
+        lines.extend(wrap(", ".join(dict.fromkeys(f.rule_id for f in group)), width, f"{INDENT}checks: "))
+        lines.extend(wrap(", ".join(dict.fromkeys(f.subject.label for f in group)), width, f"{INDENT}on:   "))
+    return lines
+
+
+# How subjects are counted in a line of passes: (one, several).
+KIND_NAMES = {
+    "host": ("the host", "the host"),
+    "gpu": ("GPU", "GPUs"),
+    "numa_node": ("NUMA node", "NUMA nodes"),
+    "nic": ("NIC", "NICs"),
+    "pci_port": ("port", "ports"),
+    "rdma_port": ("RDMA port", "RDMA ports"),
+}
+
+
+def _subjects(findings: list[Finding]) -> list[str]:
+    """['the host,', '2 GPUs', 'and', '2 ports']: the distinct subjects of these findings, by
+    kind, in pieces that a line is never broken inside (a count stays with its noun)."""
+    kinds: dict[str, set[str]] = {}
+    for f in findings:
+        kinds.setdefault(f.subject.kind, set()).add(f.subject.label)
+    parts = []
+    order = list(KIND_NAMES)
+    for kind, labels in sorted(kinds.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9):
+        one, several = KIND_NAMES.get(kind, ("subject", "subjects"))
+        parts.append(one if kind == "host" else f"{len(labels)} {one if len(labels) == 1 else several}")
+    if len(parts) == 1:
+        return parts
+    return [*(p + "," for p in parts[:-2]), parts[-2], "and", parts[-1]]
+
+
+def _passed_lines(report: Report, style: Style, verbose: bool, width: int) -> list[str]:
+    by_area: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        if f.status is Status.PASS or (verbose and f.status is Status.SKIP):
+            by_area.setdefault(f.area, []).append(f)
+    if not by_area:
+        return []
+    lines = ["", style("Passed", bold=True, underline=True)]
+    mark = style(f"{'pass':<7}", **STATUS_COLOURS["pass"])
+    for area, title in AREAS.items():
+        found = by_area.get(area, [])
+        if not found:
+            continue
+        if verbose:
+            lines.append(f"  {style(title, bold=True)}")
+            for f in found:
+                lines.extend(_finding_lines(f, f.subject.label, list(f.evidence), style, width))
+            continue
+        checks = len({f.rule_id for f in found})
+        said = [*f"{title}:".split(" "), f"{checks} check{'s' if checks != 1 else ''}", "passed", "on"]
+        first, *more = _pack(said + _subjects(found), width - len(INDENT))
+        lines.append(f"  {mark} {first}")
+        lines.extend(INDENT + x for x in more)
+    return lines
+
+
+def _without(text: str, label: str) -> str:
+    return text.replace(label, "\0") if label else text
+
+
+def _without_index(fix: str, subject: Any) -> str:
+    """A fix with the subject's own label and its GPU index in `-i N` (how the rules' commands
+    name one GPU) taken out, so that the same fix for GPU 0 and for GPU 1 compares equal."""
+    fix = _without(fix, subject.label)
+    if subject.index is None:
+        return fix
+    return re.sub(rf"(-i ){subject.index}(?![\w.])", "\\1\0", fix)
+
+
+def _identical(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings that say the same thing about different subjects, in groups (order kept): one
+    rule, one status and severity, the same message, why and fix once the subject's label is
+    taken out, the same values read."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        label = f.subject.label
+        key = (
+            f.rule_id,
+            f.status,
+            f.severity,
+            f.subject.kind,
+            _without(f.message, label),
+            _without(f.detail, label),
+            _without_index(f.fix, f.subject),
+            tuple(_value(v) for _, v in f.evidence),
+        )
+        groups.setdefault(key, []).append(f)
+    return list(groups.values())
+
+
+def subjects_label(subjects: list[Any]) -> str:
+    """'GPU 0-3' or 'GPUs 0, 1, 3' for GPUs with indices; else the labels joined."""
+    if len(subjects) == 1:
+        return str(subjects[0].label)
+    indices = [s.index for s in subjects]
+    if all(s.kind == "gpu" for s in subjects) and all(isinstance(i, int) for i in indices):
+        ordered = sorted(set(indices))
+        if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
+            return f"GPU {ordered[0]}-{ordered[-1]}"
+        return "GPUs " + ", ".join(str(i) for i in ordered)
+    return ", ".join(str(s.label) for s in subjects)
+
+
+def _merged(group: list[Finding]) -> tuple[Finding, str, list[tuple[str, Any]]]:
+    """One finding standing for a group of identical ones: its subject line names them all, and an
+    evidence path that differs between them (an index) reads [*]."""
+    first = group[0]
+    if len(group) == 1:
+        return first, first.subject.label, list(first.evidence)
+    label = subjects_label([f.subject for f in group])
+    evidence = []
+    for i, (path, v) in enumerate(first.evidence):
+        same = all(len(f.evidence) > i and f.evidence[i][0] == path for f in group)
+        evidence.append((path if same else re.sub(r"\[\d+\]", "[*]", path), v))
+    old = first.subject.label
+    shown = dataclasses.replace(
+        first,
+        message=first.message.replace(old, label),
+        detail=first.detail.replace(old, label),
+        fix=first.fix.replace(old, label),
+    )
+    if any(f.fix != first.fix for f in group):
+        # the commands name one GPU (-i N): show the first GPU's, and say so
+        shown = dataclasses.replace(
+            shown, fix=f"{first.fix.rstrip()}\n(these commands are for {old}; for the others, change -i to their index)"
+        )
+    return shown, label, evidence
 
 
 FOLD_AT = 3
@@ -226,44 +364,7 @@ def _shared_causes(findings: list[Finding]) -> dict[Cause, list[Finding]]:
     return {cause: group for cause, group in groups.items() if len(group) >= FOLD_AT}
 
 
-def _rows(findings: list[Finding], verbose: bool) -> list[tuple[Finding, str]]:
-    """One row per non-passing finding; passes of one rule folded into one row."""
-    rows: list[tuple[Finding, str]] = []
-    by_rule: dict[str, list[Finding]] = {}
-    for f in findings:
-        by_rule.setdefault(f.rule_id, []).append(f)
-    for rule_findings in by_rule.values():
-        passes = [f for f in rule_findings if f.status is Status.PASS]
-        for f in rule_findings:
-            if f.status is not Status.PASS or verbose:
-                rows.append((f, f.subject.label))
-        if passes and not verbose:
-            first = passes[0]
-            if len(passes) == 1:
-                label = first.subject.label
-            else:
-                kinds = {
-                    "gpu": "GPUs",
-                    "numa_node": "nodes",
-                    "nic": "NICs",
-                    "pci_port": "ports",
-                    "rdma_port": "RDMA ports",
-                }
-                label = f"{len(passes)} {kinds.get(first.subject.kind, 'subjects')}"
-                if len(passes) < len(rule_findings):
-                    label = f"other {label}"
-                if len({p.message for p in passes}) > 1:
-                    # the values differ per subject: show one, and say the others passed too
-                    others = len(passes) - 1
-                    first = dataclasses.replace(
-                        first, message=f"{first.message} on {first.subject.label}; {others} more pass"
-                    )
-            rows.append((first, label))
-    rows.sort(key=lambda r: ORDER.get(badge(r[0]), 9))
-    return rows
-
-
-def summary_lines(report: Report, style: Style = plain) -> list[str]:
+def summary_lines(report: Report, style: Style = plain, width: int = WIDTH) -> list[str]:
     c = report.counts()
     fails = [f for f in report.findings if f.status is Status.FAIL]
     by_sev = {s: sum(1 for f in fails if f.severity is s) for s in Severity}
@@ -275,31 +376,56 @@ def summary_lines(report: Report, style: Style = plain) -> list[str]:
         f"{c['error']} rule errors",
         f"{c['skip']} not applicable",
     ]
-    out = ["Summary: " + ", ".join(parts)]
+    out = _flow("Summary: " + ", ".join(parts), width)
     blocking = report.blocking()
     if blocking:
-        out.append(
-            style(
-                f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
-                "(exit status 1):",
-                fg="red",
-                bold=True,
-            )
+        verdict = (
+            f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
+            f"(exit status {report.exit_code}):"
         )
+        out.extend(style(x, fg="red", bold=True) for x in _flow(verdict, width))
+        same: dict[tuple[str, str, str], list[Finding]] = {}
         for f in blocking:
-            out.append(f"  - {printable(f.rule_id)} on {printable(f.subject.label)}: {printable(f.title)}")
-    else:
-        note = ""
-        if c["unknown"] or c["error"]:
-            note = f"; {c['unknown'] + c['error']} check(s) could not be judged, see above"
-        out.append(
-            style(
-                f"Verdict: OK — nothing failed at severity {report.fail_on.value} or above{note}", fg="green", bold=True
-            )
+            same.setdefault((f.rule_id, f.title, f.subject.kind), []).append(f)
+        for (rule_id, title, _), group in same.items():
+            on = subjects_label([f.subject for f in group])
+            out.extend(_flow(f"{printable(rule_id)} on {printable(on)}: {printable(title)}", width, "  - ", "    "))
+    elif report.nothing_judged():
+        what = f"{c['unknown']} unknown" + (f", {c['error']} rule errors" if c["error"] else "")
+        verdict = (
+            f"Verdict: NOT JUDGED — no check could be judged ({what}); this is not a pass "
+            f"(exit status {report.exit_code})"
         )
+        out.extend(style(x, fg="magenta", bold=True) for x in _flow(verdict, width))
+    else:
+        verdict = "Verdict: " + ", ".join(["OK", *_verdict_notes(fails, c)])
+        verdict += f" — nothing failed at severity {report.fail_on.value} or above"
+        out.extend(style(x, fg="green", bold=True) for x in _flow(verdict, width))
     told = next((f for f in report.findings if f.status is Status.FAIL), None) or next(
         (f for f in report.findings if f.status in (Status.UNKNOWN, Status.ERROR)), None
     )
     if told is not None:
-        out.append(f"More on a check: gpudoctor rules show {printable(told.rule_id)}; every check: docs/rules.md")
+        out.extend(
+            _flow(f"More on a check: gpudoctor rules show {printable(told.rule_id)}; every check: docs/rules.md", width)
+        )
     return out
+
+
+def _plural(n: int, one: str, several: str) -> str:
+    return f"{n} {one if n == 1 else several}"
+
+
+def _verdict_notes(fails: list[Finding], c: Mapping[str, int]) -> list[str]:
+    """What an OK verdict must not hide: the failures below --fail-on and what was not judged."""
+    notes = []
+    for sev, one, several in (
+        (Severity.ERROR, "error", "errors"),
+        (Severity.WARNING, "warning", "warnings"),
+        (Severity.INFO, "info", "infos"),
+    ):
+        n = sum(1 for f in fails if f.severity is sev)
+        if n:
+            notes.append(_plural(n, one, several))
+    if c["unknown"] + c["error"]:
+        notes.append(f"{c['unknown'] + c['error']} not judged")
+    return notes

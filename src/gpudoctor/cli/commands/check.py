@@ -28,7 +28,7 @@ from ..options import (
     rule_dir_options,
     sample_option,
 )
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import EXIT_HELP, help_text
 
 
@@ -40,7 +40,8 @@ from ..registry import EXIT_HELP, help_text
 @click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
 @fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
-@click.option("-v", "--verbose", is_flag=True, help="Show every subject, passes' evidence and skipped checks.")
+@click.option("-v", "--verbose", is_flag=True, help="List every pass and skipped check, each subject on its own.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the problems, the summary and the verdict.")
 @previous_option
 @sample_option
 @color_option
@@ -55,6 +56,7 @@ def command(
     skip: tuple[str, ...],
     fail_on: str,
     verbose: bool,
+    quiet: bool,
     previous_file: str | None,
     sample_s: float | None,
     color: bool | None,
@@ -109,7 +111,9 @@ def command(
         from ...render.text import render as render_text
 
         stream = sys.stdout
-        style = style_for(stream, color, to_file=bool(output and output != "-"))
-        text = render_text(report, facts, style=style, verbose=verbose)
+        to_file = bool(output and output != "-")
+        style = style_for(stream, color, to_file=to_file)
+        width = output_width(stream, to_file)
+        text = render_text(report, facts, style=style, verbose=verbose, quiet=quiet, width=width)
     write_output(text, output, colour=coloured(style))
     sys.exit(report.exit_code)

@@ -82,7 +82,10 @@ def render(report: Any) -> str:
         "skipped": str(skipped),
         "time": f"{report.duration_s:.3f}",
     }
-    suites = ET.Element("testsuites", {"name": "gpudoctor gate", **attrs})
+    # Jenkins' junit-10.xsd (xUnit plugin) allows no ``skipped`` on ``<testsuites>``, only on
+    # ``<testsuite>``: the whole file fails its check with it (tests/render/test_junit_schema.py).
+    totals = {key: value for key, value in attrs.items() if key != "skipped"}
+    suites = ET.Element("testsuites", {"name": "gpudoctor gate", **totals})
     suite = ET.SubElement(
         suites,
         "testsuite",

@@ -565,3 +565,65 @@ def test_the_worker_script_runs_alone_where_its_directory_is_not_on_the_path(tmp
         assert result.done and result.results
     else:
         assert "torch" in result.error and result.start.get("python") is None
+
+
+# ------------------------------------------------------------------ torch that sees no GPU
+
+
+def fake_torch(tmp_path: Path, cuda: str | None, hip: str | None = None, count: int = 0) -> Path:
+    """A `torch` package that imports, has this build, and sees no device (what a CPU-only wheel,
+    or a CUDA wheel without a driver, looks like to the worker)."""
+    package = tmp_path / "faketorch" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import sys, types\n"
+        # numpy's warning on stderr at import, the line the bench once showed as the reason
+        "sys.stderr.write('  cpu = _conversion_method_template(device=torch.device(\"cpu\"))\\n')\n"
+        f"__version__ = {('2.5.1+cpu' if cuda is None and hip is None else '2.5.1+cu124')!r}\n"
+        f"version = types.SimpleNamespace(cuda={cuda!r}, hip={hip!r})\n"
+        "def get_float32_matmul_precision():\n    return 'highest'\n"
+        "backends = types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False)))\n"
+        "class cuda:\n"
+        "    @staticmethod\n    def is_available():\n        return False\n"
+        f"    @staticmethod\n    def device_count():\n        return {count}\n",
+        encoding="utf-8",
+    )
+    return package.parent
+
+
+def bench_error_with(monkeypatch, tmp_path, capsys, cuda, visible=None, hip=None) -> str:
+    path = fake_torch(tmp_path, cuda, hip)
+    monkeypatch.setenv("PYTHONPATH", str(path))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(
+        runner, "worker_argv", lambda python, config: [sys.executable, "-u", runner.worker_path(), json.dumps(config)]
+    )
+    assert run(["bench", "--facts", SNAPSHOT, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_bench_with_a_cpu_only_torch_names_the_build_and_the_fix(monkeypatch, tmp_path, capsys):
+    err = bench_error_with(monkeypatch, tmp_path, capsys, cuda=None)
+    assert f"torch 2.5.1+cpu in {sys.executable} is a CPU-only build, 0 device(s)" in err
+    assert "gpudoctor fix --torch" in err
+    assert "some warning" not in err and "_conversion" not in err, "no stray stderr line as the reason"
+
+
+def test_bench_with_every_gpu_hidden_by_cuda_visible_devices(monkeypatch, tmp_path, capsys):
+    err = bench_error_with(monkeypatch, tmp_path, capsys, cuda="12.4", visible="")
+    assert "is a CUDA 12.4 build, 0 device(s), CUDA_VISIBLE_DEVICES=''" in err
+    assert "CUDA_VISIBLE_DEVICES hides every GPU: unset it" in err and "fix --torch" not in err
+
+
+@pytest.mark.parametrize("cuda, hip, build", [("12.4", None, "CUDA 12.4"), (None, "6.2.4", "ROCm 6.2.4")])
+def test_bench_with_a_gpu_build_that_finds_no_device_points_at_the_driver(
+    monkeypatch, tmp_path, capsys, cuda, hip, build
+):
+    err = bench_error_with(monkeypatch, tmp_path, capsys, cuda=cuda, hip=hip)
+    assert f"is a {build} build, 0 device(s);" in err and "CUDA_VISIBLE_DEVICES" not in err
+    assert "check the driver" in err and "nvidia-smi or rocm-smi" in err

@@ -94,6 +94,17 @@ def precision_note(row: Mapping[str, Any], precision: str) -> str:
     return ""
 
 
+# The other 16-bit tensor rate, for a card that has a figure in one and not in the sort's (Gaudi
+# publishes BF16 only): the chart names it rather than saying the card has no figure at all.
+OTHER_16BIT = {"fp16": "bf16", "bf16": "fp16"}
+
+
+def other_rate(sort: str, row: Mapping[str, Any]) -> tuple[str, float] | None:
+    other = OTHER_16BIT.get(sort)
+    value = _num(row, f"{other}_tflops") if other else None
+    return (other, value) if other and value is not None else None
+
+
 @dataclass
 class TierRow:
     id: str

@@ -40,7 +40,47 @@ class BenchRun:
     duration_s: float = 0.0
     exit_code: int | None = None
     stderr_tail: str = ""
+    fatal: bool = False  # the worker itself reported why it stopped
     mode: str = "quick"
+
+
+@dataclass(frozen=True)
+class NoDevice:
+    """Why torch saw no GPU, from what the worker found (never from its stderr).
+
+    remedy: "torch_build" (a CPU-only torch: install a CUDA or ROCm build), "visible_devices"
+    (CUDA_VISIBLE_DEVICES hides every GPU), or "driver" (a GPU build that finds no device: the
+    driver is not loaded, too old for the build, or the device files are not reachable)."""
+
+    python: str
+    torch_version: str
+    build: str  # "CUDA 12.4", "ROCm 6.2" or "CPU-only"
+    device_count: int | None
+    visible_devices: str | None
+    remedy: str
+
+
+def no_device_cause(run: BenchRun, python: str) -> NoDevice:
+    start = run.start
+    cuda, hip = start.get("cuda_version"), start.get("hip_version")
+    build = f"ROCm {hip}" if hip else (f"CUDA {cuda}" if cuda else "CPU-only")
+    count = start.get("device_count")
+    visible = start.get("cuda_visible_devices")
+    visible = visible if isinstance(visible, str) else None
+    if build == "CPU-only":
+        remedy = "torch_build"
+    elif visible is not None and visible.strip() in ("", "-1"):
+        remedy = "visible_devices"
+    else:
+        remedy = "driver"
+    return NoDevice(
+        python=str(start.get("python") or python),
+        torch_version=str(start.get("torch_version") or "?"),
+        build=build,
+        device_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        visible_devices=visible,
+        remedy=remedy,
+    )
 
 
 def worker_path() -> str:
@@ -95,6 +135,7 @@ def handle_event(run: BenchRun, event: Mapping[str, Any], progress: Progress | N
     elif kind == "done":
         run.done = True
     elif kind == "fatal":
+        run.fatal = True
         if event.get("missing_torch"):
             run.status = "no_torch"
         elif event.get("no_device"):
@@ -102,7 +143,7 @@ def handle_event(run: BenchRun, event: Mapping[str, Any], progress: Progress | N
         else:
             run.status = "error"
         run.error = str(event.get("error", "the bench worker failed"))
-        for key in ("torch_version", "cuda_version", "hip_version", "python"):
+        for key in ("torch_version", "cuda_version", "hip_version", "python", "device_count", "cuda_visible_devices"):
             if key in event and key not in run.start:
                 run.start[key] = event[key]
     elif kind == "note":

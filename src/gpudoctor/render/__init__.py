@@ -8,7 +8,7 @@ gate_text, gate_json, gate_distributed, junit, prometheus, nfd, markdown   the g
 fleet        `report merge` for people
 safe         printable(): what may reach a terminal
 and the advice, bench, topology, tiers and rules outputs (fix_list, shell, numa_plan, torch_build,
-bench, topo, tiers, tiers_plot, rules).
+bench, topo, tiers, tiers_chart, tiers_plot, rules).
 
 Render layer: may import every layer below it (the base modules, probes, engine, advice, bench and
 the gate package); never the CLI.

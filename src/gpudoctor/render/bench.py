@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable, Mapping
 
+from ..bench.runner import NoDevice
 from ..escaping import printable
 from ..facts import Unavailable, to_jsonable
 from ..findings import Finding, Status
@@ -249,3 +250,26 @@ def render_json(section: Mapping[str, Any], findings: Iterable[Finding] = ()) ->
         ],
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def no_device_message(cause: NoDevice) -> str:
+    """One line for `bench` when torch saw no GPU: what was found, then what to do."""
+    count = "" if cause.device_count is None else f", {cause.device_count} device(s)"
+    found = f"torch {printable(cause.torch_version)} in {printable(cause.python)} is a {cause.build} build{count}"
+    if cause.visible_devices is not None:
+        found += f", CUDA_VISIBLE_DEVICES={printable(cause.visible_devices)!r}"
+    if cause.remedy == "torch_build":
+        todo = (
+            "a CPU-only torch never sees a GPU: install a CUDA or ROCm build of torch "
+            "(gpudoctor fix --torch prints the pip command for this machine's GPUs and driver)"
+        )
+    elif cause.remedy == "visible_devices":
+        todo = "CUDA_VISIBLE_DEVICES hides every GPU: unset it, or set it to the GPUs to use (e.g. 0,1)"
+    else:
+        todo = (
+            f"torch finds no GPU although it was built for {cause.build}: check the driver "
+            "(nvidia-smi or rocm-smi should list the GPUs; gpudoctor check judges the driver against this torch)"
+        )
+        if cause.visible_devices is not None:
+            todo += " and that CUDA_VISIBLE_DEVICES names GPUs that exist"
+    return f"the bench could not run: {found}; {todo}"

@@ -1,77 +1,35 @@
-"""`gpudoctor tiers --plot`: the tier list as a chart.
+"""`gpudoctor tiers --plot`: the tier list as a chart, SVG or PNG.
 
-SVG is written by hand (no dependency): one bar per card for the sort metric, tiers as bands, a
-second bar for memory, vendor colours, this machine's GPUs outlined, and with a workload the cards
-that need several GPUs (or cannot hold it) drawn pale with the count written on them. PNG uses
+Both draw the one chart definition of tiers_chart.py (tier bands, subtitle, bars with their value
+labels, memory bars with theirs, this machine's GPUs outlined, with a workload the cards that need
+several GPUs drawn pale, the source line). SVG is written by hand (no dependency); PNG uses
 matplotlib when it is installed (the `plot` extra).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 from xml.sax.saxutils import escape
 
-from ..advice.tiers import TIER_NAMES, TierList, TierRow
-
-VENDOR_COLOURS = {
-    "nvidia": "#76b900",
-    "amd": "#e4572e",
-    "intel": "#2e86ab",
-    "huawei": "#a23b72",
-}
-OTHER_COLOUR = "#888888"
-TIER_BANDS = {"S": "#fff4d6", "A": "#f1f7e6", "B": "#e8f1fa", "C": "#f5eef8", "D": "#f2f2f2"}
+from ..advice.tiers import TIER_NAMES, TierList
+from .tiers_chart import MEMORY_COLOUR, PALE, Chart, chart
 
 
 class PlotError(Exception):
     """The chart cannot be written in the requested format."""
 
 
-def _colour(row: dict[str, Any]) -> str:
-    return VENDOR_COLOURS.get(str(row.get("vendor")), OTHER_COLOUR)
-
-
-def _nice_ticks(top: float, count: int = 5) -> list[float]:
-    if top <= 0:
-        return [0.0]
-    raw = top / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = min((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), default=raw)
-    ticks = [0.0]
-    while ticks[-1] < top * 0.9999:
-        ticks.append(ticks[-1] + step)
-    return ticks
-
-
-def _label_value(value: float | None) -> str:
-    if value is None:
-        return "no figure"
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:,.1f}" if value >= 10 else f"{value:,.2f}"
-
-
-def _fit_note(r: TierRow) -> str:
-    if r.fit is None:
-        return ""
-    if r.fit.gpus is None:
-        return "does not fit in 8"
-    return "fits on 1" if r.fit.gpus == 1 else f"needs {r.fit.gpus}"
-
-
 def render_svg(tl: TierList) -> str:
-    rows = tl.rows
-    row_h, top, left = 24, 96, 300
+    c = chart(tl)
+    bars = c.bars
+    row_h, left = 24, 300
+    top = 78 + 18 * len(c.subtitles)
     bar_w, gap, mem_w = 430, 190, 150
     width = left + bar_w + gap + mem_w + 40
-    height = top + row_h * max(len(rows), 1) + 70
-    values = [r.value for r in rows if r.value is not None]
-    top_value = max(values) if values else 1.0
-    ticks = _nice_ticks(top_value)
-    scale_top = ticks[-1] if ticks[-1] > 0 else 1.0
-    mem_top = max((float(r.row.get("memory_gb") or 0) for r in rows), default=1.0) or 1.0
+    height = top + row_h * max(len(bars), 1) + 70
+    scale_top = c.ticks[-1] if c.ticks[-1] > 0 else 1.0
     mem_x = left + bar_w + gap
+    bottom = top + row_h * len(bars)
 
     out: list[str] = []
     add = out.append
@@ -80,82 +38,58 @@ def render_svg(tl: TierList) -> str:
         f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">'
     )
     add(f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>')
-    title = f"GPU tier list — {tl.sort.title}"
-    add(f'<text x="20" y="28" font-size="18" font-weight="bold">{escape(title)}</text>')
-    sub = "Datasheet peaks; tensor rates dense (not sparse). Tiers halve: S ≥ ½ of the best, A ≥ ¼, B ≥ ⅛, C ≥ 1/16."
-    add(f'<text x="20" y="48" fill="#444">{escape(sub)}</text>')
-    if tl.estimate is not None:
-        add(f'<text x="20" y="66" fill="#444">{escape("Workload: " + tl.estimate.workload.describe())}</text>')
-    # legend
+    add(f'<text x="20" y="28" font-size="18" font-weight="bold">{escape(c.title)}</text>')
+    for i, sub in enumerate(c.subtitles):
+        add(f'<text x="20" y="{48 + 18 * i}" fill="#444">{escape(sub)}</text>')
+    legend_y = top - 20
     lx = 20
-    for vendor, colour in VENDOR_COLOURS.items():
-        add(f'<rect x="{lx}" y="76" width="12" height="12" fill="{colour}"/>')
-        add(f'<text x="{lx + 16}" y="86">{vendor.upper() if vendor in ("amd",) else vendor.capitalize()}</text>')
+    for label, colour in c.legend:
+        add(f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>')
+        add(f'<text x="{lx + 16}" y="{legend_y}">{escape(label)}</text>')
         lx += 90
-    add(f'<rect x="{lx}" y="76" width="12" height="12" fill="none" stroke="#000" stroke-width="2.5"/>')
-    add(f'<text x="{lx + 16}" y="86">this machine</text>')
+    add(f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="none" stroke="#000" stroke-width="2.5"/>')
+    add(f'<text x="{lx + 16}" y="{legend_y}">this machine</text>')
 
-    # tier bands
-    for i, r in enumerate(rows):
-        y = top + i * row_h
-        band = TIER_BANDS.get(r.tier or "", "#ffffff")
-        add(f'<rect x="0" y="{y}" width="{width}" height="{row_h}" fill="{band}"/>')
-    # grid and axis labels
-    for t in ticks:
+    for i, b in enumerate(bars):
+        add(f'<rect x="0" y="{top + i * row_h}" width="{width}" height="{row_h}" fill="{b.band}"/>')
+    for t in c.ticks:
         x = left + bar_w * t / scale_top
-        add(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + row_h * len(rows)}" stroke="#cccccc"/>')
-        add(f'<text x="{x:.1f}" y="{top + row_h * len(rows) + 16}" text-anchor="middle" fill="#555">{t:g}</text>')
-    add(
-        f'<text x="{left + bar_w / 2}" y="{top + row_h * len(rows) + 34}" text-anchor="middle" fill="#333">'
-        f"{escape(tl.sort.unit)}</text>"
-    )
+        add(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{bottom}" stroke="#cccccc"/>')
+        add(f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle" fill="#555">{t:g}</text>')
+    add(f'<text x="{left + bar_w / 2}" y="{bottom + 34}" text-anchor="middle" fill="#333">{escape(c.unit)}</text>')
     add(f'<text x="{mem_x}" y="{top - 8}" fill="#333">memory (GB)</text>')
 
-    seen_tiers: set[str] = set()
-    for i, r in enumerate(rows):
+    for i, b in enumerate(bars):
         y = top + i * row_h
         cy = y + row_h / 2 + 4
-        row = r.row
-        if r.tier and r.tier not in seen_tiers:
-            seen_tiers.add(r.tier)
-            add(f'<text x="8" y="{cy}" font-weight="bold" font-size="14">{r.tier}</text>')
-        name = str(row.get("name", r.id))
-        weight = ' font-weight="bold"' if r.local else ""
-        add(f'<text x="{left - 8}" y="{cy}" text-anchor="end"{weight}>{escape(name)}</text>')
-        pale = r.fit is not None and r.fit.gpus != 1
-        opacity = "0.35" if pale else "1"
-        colour = _colour(row)
-        if r.value is not None:
-            w = max(1.0, bar_w * r.value / scale_top)
-            stroke = ' stroke="#000000" stroke-width="2.5"' if r.local else ""
+        if b.first_of_tier:
+            add(f'<text x="8" y="{cy}" font-weight="bold" font-size="14">{escape(b.tier or "")}</text>')
+        weight = ' font-weight="bold"' if b.local else ""
+        add(f'<text x="{left - 8}" y="{cy}" text-anchor="end"{weight}>{escape(b.name)}</text>')
+        opacity = str(PALE) if b.pale else "1"
+        if b.value is not None:
+            w = max(1.0, bar_w * b.value / scale_top)
+            stroke = ' stroke="#000000" stroke-width="2.5"' if b.local else ""
             add(
-                f'<rect x="{left}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" fill="{colour}" '
+                f'<rect x="{left}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" fill="{b.colour}" '
                 f'fill-opacity="{opacity}"{stroke}/>'
             )
-            note = _label_value(r.value)
-            fit_note = _fit_note(r)
-            if fit_note:
-                note += f"  ({fit_note})"
-            if r.local:
-                note += "  ◀ this machine"
-            add(f'<text x="{left + w + 6:.1f}" y="{cy}" fill="#222">{escape(note)}</text>')
+            add(f'<text x="{left + w + 6:.1f}" y="{cy}" fill="#222">{escape(b.label)}</text>')
         else:
-            add(f'<text x="{left + 4}" y="{cy}" fill="#999">no published figure</text>')
-        mem = row.get("memory_gb")
-        if isinstance(mem, (int, float)):
-            mw = max(1.0, mem_w * float(mem) / mem_top)
+            add(f'<text x="{left + 4}" y="{cy}" fill="#999">{escape(b.label)}</text>')
+        if b.memory_gb is not None:
+            mw = max(1.0, mem_w * b.memory_gb / c.memory_top)
             add(
-                f'<rect x="{mem_x}" y="{y + 6}" width="{mw:.1f}" height="{row_h - 12}" fill="#5b6c8f" '
+                f'<rect x="{mem_x}" y="{y + 6}" width="{mw:.1f}" height="{row_h - 12}" fill="{MEMORY_COLOUR}" '
                 f'fill-opacity="{opacity}"/>'
             )
-            add(f'<text x="{mem_x + mw + 4:.1f}" y="{cy}" fill="#222">{mem:g}</text>')
-    foot = "Source: vendor datasheets (rules/data/gpu_specs.yaml, read " + str(tl.table.get("retrieved", "?")) + ")"
-    add(f'<text x="20" y="{height - 10}" fill="#777" font-size="10">{escape(foot)}</text>')
+            add(f'<text x="{mem_x + mw + 4:.1f}" y="{cy}" fill="#222">{escape(b.memory_label)}</text>')
+    add(f'<text x="20" y="{height - 10}" fill="#777" font-size="10">{escape(c.source)}</text>')
     add("</svg>")
     return "\n".join(out) + "\n"
 
 
-def render_png(tl: TierList, path: str) -> None:
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -166,51 +100,66 @@ def render_png(tl: TierList, path: str) -> None:
             "writing PNG needs matplotlib: pip install matplotlib (in a gpudoctor checkout: pip install '.[plot]'),"
             " or give a .svg file, which needs nothing"
         ) from None
-    rows = tl.rows
-    names = [str(r.row.get("name", r.id)) for r in rows][::-1]
-    values = [r.value or 0.0 for r in rows][::-1]
-    colours = [_colour(r.row) for r in rows][::-1]
-    alphas = [0.35 if (r.fit is not None and r.fit.gpus != 1) else 1.0 for r in rows][::-1]
-    fig_h = max(3.0, 0.3 * len(rows) + 1.5)
-    fig, (ax, axm) = plt.subplots(1, 2, figsize=(13, fig_h), gridspec_kw={"width_ratios": [3, 1]}, sharey=True)
-    bars = ax.barh(range(len(rows)), values, color=colours)
-    for bar, alpha, r in zip(bars, alphas, rows[::-1]):
-        bar.set_alpha(alpha)
-        if r.local:
-            bar.set_edgecolor("black")
-            bar.set_linewidth(2.5)
-        label = _label_value(r.value) + (f" ({_fit_note(r)})" if _fit_note(r) else "")
-        label += "  ◀ this machine" if r.local else ""
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + label, va="center", fontsize=8)
-    ax.set_xlim(0, max(values + [1.0]) * 1.32)  # room for the value labels and the tier letters
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(names, fontsize=8)
-    ax.set_xlabel(tl.sort.unit)
-    ax.set_title(f"GPU tier list — {tl.sort.title}", loc="left", fontsize=11)
-    axm.barh(range(len(rows)), [float(r.row.get("memory_gb") or 0) for r in rows][::-1], color="#5b6c8f")
-    axm.set_xlabel("memory (GB)")
-    reversed_rows = rows[::-1]
-    for i, r in enumerate(reversed_rows):
-        if i and r.tier != reversed_rows[i - 1].tier:
-            ax.axhline(i - 0.5, color="#999999", linewidth=0.6)
-        if r.tier and (i + 1 == len(reversed_rows) or reversed_rows[i + 1].tier != r.tier):
-            ax.text(0.995, i, r.tier, transform=ax.get_yaxis_transform(), ha="right", va="center", fontweight="bold")
+    return plt
+
+
+def draw_png(c: Chart, plt: Any) -> Any:
+    """The chart as a matplotlib figure (rows top to bottom, as in the SVG)."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=c, label=v.upper() if v == "amd" else v.capitalize()) for v, c in VENDOR_COLOURS.items()]
+    n = len(c.bars)
+    head = 0.45 + 0.22 * len(c.subtitles)  # inches for the title, subtitles and legend
+    fig_h = max(3.0, 0.3 * n + 1.2 + head)
+    fig, (ax, axm) = plt.subplots(1, 2, figsize=(13, fig_h), gridspec_kw={"width_ratios": [3, 1]}, sharey=True)
+    ys = list(range(n))
+    scale_top = c.ticks[-1] if c.ticks[-1] > 0 else 1.0
+    for y, b in zip(ys, c.bars):
+        for axis in (ax, axm):
+            axis.axhspan(y - 0.5, y + 0.5, color=b.band, zorder=0, linewidth=0)
+        alpha = PALE if b.pale else 1.0
+        if b.value is not None:
+            ax.barh(y, b.value, color=b.colour, alpha=alpha, zorder=2,
+                    edgecolor="black" if b.local else None, linewidth=2.5 if b.local else 0)
+            ax.text(b.value, y, " " + b.label, va="center", fontsize=8, zorder=3)
+        else:
+            ax.text(scale_top * 0.01, y, b.label, va="center", fontsize=8, color="#999999", zorder=3)
+        if b.first_of_tier:
+            ax.text(-0.005, y, (b.tier or "") + "  ", transform=ax.get_yaxis_transform(), ha="right",
+                    va="center", fontweight="bold", fontsize=11)
+        if b.memory_gb is not None:
+            axm.barh(y, b.memory_gb, color=MEMORY_COLOUR, alpha=alpha, zorder=2)
+            axm.text(b.memory_gb, y, " " + b.memory_label, va="center", fontsize=8, zorder=3)
+    ax.set_ylim(n - 0.5, -0.5)  # the best card on top
+    ax.set_yticks(ys)
+    ax.set_yticklabels([b.name for b in c.bars], fontsize=8)
+    for tick, b in zip(ax.get_yticklabels(), c.bars):
+        tick.set_fontweight("bold" if b.local else "normal")
+    ax.tick_params(axis="y", pad=22)  # room for the tier letters
+    ax.set_xlim(0, scale_top * 1.32)  # room for the value labels
+    ax.set_xticks(list(c.ticks))
+    ax.grid(axis="x", color="#cccccc", zorder=1)
+    ax.set_xlabel(c.unit)
+    axm.set_xlim(0, c.memory_top * 1.3)
+    axm.set_xlabel("memory (GB)")
+    handles = [Patch(color=colour, label=label) for label, colour in c.legend]
     handles.append(Patch(facecolor="none", edgecolor="black", linewidth=2.5, label="this machine"))
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
-    if tl.estimate is not None:
-        ax.set_title(
-            f"GPU tier list — {tl.sort.title}\nworkload: {tl.estimate.workload.describe()} (pale: needs >1 GPU)",
-            loc="left",
-            fontsize=10,
-        )
-    fig.tight_layout()
+    fig.text(0.01, 1 - 0.3 / fig_h, c.title, fontsize=13, fontweight="bold", va="top")
+    for i, sub in enumerate(c.subtitles):
+        fig.text(0.01, 1 - (0.58 + 0.22 * i) / fig_h, sub, fontsize=9, color="#444444", va="top")
+    fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.99, 1 - (0.5 + 0.22 * len(c.subtitles)) / fig_h))
+    fig.text(0.01, 0.01, c.source, fontsize=7, color="#777777")
+    fig.tight_layout(rect=(0, 0.3 / fig_h, 1, 1 - (head + 0.2) / fig_h))
+    return fig
+
+
+def render_png(tl: TierList, path: str) -> None:
     import io
 
     from ..outputs import write_file
 
+    plt = _pyplot()
+    fig = draw_png(chart(tl), plt)
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, dpi=130, format="png")

@@ -461,6 +461,11 @@ def main(argv: List[str]) -> int:
             emit({"event": "fatal", "error": f"torch.cuda.is_available() failed: {exc}", **facts})
             return 4
         if not available:
+            # facts, not prose: the parent explains from the build, the count and the environment
+            try:
+                facts["device_count"] = int(torch.cuda.device_count())
+            except Exception:
+                facts["device_count"] = None
             emit({"event": "fatal", "error": "torch sees no CUDA/ROCm device", "no_device": True, **facts})
             return 4
     all_devices = backend.devices()

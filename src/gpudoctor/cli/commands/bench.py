@@ -98,7 +98,7 @@ def command(
     from ...advice.gpu_specs import SpecTableError, load_specs
     from ...bench import analysis, runner
     from ...facts import SnapshotError, dumps, from_jsonable, to_jsonable
-    from ...render.bench import render_json, render_text
+    from ...render.bench import no_device_message, render_json, render_text
 
     if probe.elsewhere:
         raise UserError(
@@ -139,8 +139,12 @@ def command(
             "(gpudoctor fix --torch names the build for this machine), "
             "or point --python at the interpreter of an environment that has it"
         )
-    if run.status in ("no_device", "error") and not run.results:
-        detail = f" ({run.stderr_tail.splitlines()[-1]})" if run.stderr_tail.strip() else ""
+    if run.status == "no_device":
+        raise UserError(no_device_message(runner.no_device_cause(run, python or sys.executable)))
+    if run.status == "error" and not run.results:
+        # the worker's own fatal event says what failed; stderr is shown only when it said nothing
+        last = run.stderr_tail.strip().splitlines()[-1:] if not run.fatal else []
+        detail = f" ({last[0]})" if last else ""
         raise UserError(f"the bench could not run: {run.error}{detail}")
     if run.status == "timeout" and not run.results:
         raise UserError(f"{run.error} before finishing a single test (raise --bench-timeout)")

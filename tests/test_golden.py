@@ -13,7 +13,7 @@ from gpudoctor.engine.runner import run_rules
 from gpudoctor.findings import Report
 from gpudoctor.render import json_report, text
 from tests.conftest import HOSTS, probed
-from tests.helpers.golden import GOLDEN, check
+from tests.helpers.golden import EPOCH, GOLDEN, check
 
 SCENARIOS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
 RULESET = load_rules(include_plugins=False)
@@ -22,7 +22,7 @@ RULESET = load_rules(include_plugins=False)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_reports(scenario):
     facts = probed(scenario)
-    report = Report(findings=run_rules(RULESET, facts), facts_origin=f"fixture {scenario}")
+    report = Report(findings=run_rules(RULESET, facts), facts_origin=f"fixture {scenario}", generated_epoch=EPOCH)
     check(GOLDEN / f"{scenario}.txt", text.render(report, facts))
     check(GOLDEN / f"{scenario}.json", json_report.render(report, facts))
 

@@ -30,9 +30,11 @@ becomes words for people in :meth:`Cause.words` (and its parts, :attr:`Cause.nam
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, Mapping
 
 MAX_TEXT_CHARS = 4096
 MAX_LABEL_CHARS = 256
@@ -363,6 +365,18 @@ class ReportBudget:
         return f
 
 
+def epoch_stamp(epoch: float) -> str:
+    """A Unix time as the reports' ``generated_at``: UTC, RFC 3339, whole seconds."""
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def hostname_of(facts: Mapping[str, Any]) -> str:
+    """The reports' top-level ``hostname``: the facts' hostname, or "unknown"."""
+    host = facts.get("host")
+    name = host.get("hostname") if isinstance(host, Mapping) else None
+    return name if isinstance(name, str) else "unknown"
+
+
 @dataclass
 class Report:
     findings: list[Finding]
@@ -370,6 +384,12 @@ class Report:
     facts_origin: str = "live"
     host_label: str = ""
     rules_loaded: int = 0
+    # when the report was made (the JSON's generated_at); goldens fix it, as the gate's do
+    generated_epoch: float = field(default_factory=time.time)
+
+    @property
+    def generated_at(self) -> str:
+        return epoch_stamp(self.generated_epoch)
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Status}

@@ -75,7 +75,9 @@ def _identity(data: dict[str, Any], kind: str) -> tuple[str, list[dict[str, Any]
     node and list the GPUs at the top level; older check reports only in their human header line,
     read by the caller (linear, bounded regular expression)."""
     env = data.get("envelope")
-    stamp = data.get("generated_at") or ""
+    # a check report's generated_at is when check ran, perhaps over an old snapshot: its facts'
+    # time says when the node was looked at
+    stamp = (data.get("generated_at") or "") if kind == "gate" else ""
     if isinstance(env, dict):
         name = env["host"]["hostname"]
         return (name if name else "unknown"), env["gpus"], stamp or (env["collected_at"] or "")

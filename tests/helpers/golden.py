@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+# 2026-12-01T12:00:00Z: a fixed clock for every golden report, so that timestamps (generated_at)
+# and the NFD expiry are the same every run
+EPOCH = 1796126400.0
 
 
 def check(path: Path, actual: str) -> None:

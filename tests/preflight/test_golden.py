@@ -22,12 +22,10 @@ from gpudoctor.preflight.policy import Policy
 from gpudoctor.preflight.verdict import judge
 from gpudoctor.render import gate_json, gate_text, junit, nfd, prometheus
 from gpudoctor.render.gate_distributed import distributed_json, render_table, stderr_lines
-from tests.helpers.golden import check
+from tests.helpers.golden import EPOCH, check
 from tests.preflight.helpers import device_events, facts, passing_gpu, ruleset, step_events
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "gate"
-# 2026-12-01T12:00:00Z: a fixed clock, so that timestamps and the NFD expiry are the same every run
-EPOCH = 1796126400.0
 PYTHON = "/opt/venv/bin/python3"
 
 

@@ -43,6 +43,20 @@ def test_check_and_gate_reports_carry_the_same_envelope():
     assert validate("report", check) is None and validate("gate-report", gate) is None
 
 
+def test_the_check_report_names_host_time_and_gpus_like_the_gate_report():
+    # a dashboard reading either report finds the hostname, the time and each GPU's row in one place
+    facts = probed("nvlink-down-8gpu")
+    check = json_report.to_dict(Report(findings=run_rules(RULES, facts), generated_epoch=1796126400.0), facts)
+    gate = gate_json.report_json(judge(facts, ruleset(), Policy()))
+    assert check["hostname"] == gate["hostname"] == facts["host"]["hostname"]
+    assert check["generated_at"] == "2026-12-01T12:00:00Z"
+    assert [g["bus_id"] for g in check["gpus"]] == [g["bus_id"] for g in gate["gpus"]]
+    assert len(check["gpus"]) == 8 and all(set(g) == set(gate["gpus"][0]) for g in check["gpus"])
+    blocked = [g for g in check["gpus"] if g["blocking"]]
+    assert blocked and all("nvlink-links-below-spec" in g["failed_checks"] for g in blocked)
+    assert validate("report", check) is None
+
+
 def test_without_nvml_the_gpus_on_pci_are_listed_unnamed():
     env = envelope(probed("no-driver"))
     assert env["gpus"] == [{"index": None, "name": None, "bus_id": "0000:01:00.0", "uuid": None}]

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from ..facts import Unavailable
 from .bus_ids import normalise_bus_id
+
+if TYPE_CHECKING:
+    from ..findings import Finding
 
 NVML_REASON = {
     "library_not_found": "not_found",
@@ -278,3 +281,34 @@ def match_gpu(
     if index_known and not isinstance(bus_id, str) and isinstance(index, int) and not isinstance(index, bool):
         return next((g for g in gpus if g.index == index and not isinstance(g.index, bool)), None)
     return None
+
+
+def _known(value: Any, kind: type) -> Any:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def gpu_rows(
+    facts: Mapping[str, Any], findings: Sequence[Finding], is_blocking: Callable[[Finding], bool]
+) -> list[dict[str, Any]]:
+    """The reports' ``gpus`` list (check and gate JSON, one shape): one row per GPU with its
+    identity, memory, the checks that failed on it and whether one of them blocks."""
+    from ..findings import Status
+
+    rows = []
+    for g in gpus_of(facts):
+        bus = _known(g.bus_id, str)
+        on_it = [f for f in findings if f.subject.kind == "gpu" and f.subject.bus_id == bus]
+        rows.append(
+            {
+                "index": _known(g.index, int),
+                "bus_id": bus,
+                "uuid": _known(g.uuid, str),
+                "name": _known(g.name, str),
+                "memory_total_bytes": _known(g.memory_total_bytes, int),
+                "memory_used_bytes": _known(g.reading("memory_used_bytes"), int),
+                "utilization_gpu_pct": _known(g.reading("utilization_gpu_pct"), int),
+                "failed_checks": list(dict.fromkeys(f.rule_id for f in on_it if f.status is Status.FAIL)),
+                "blocking": any(is_blocking(f) for f in on_it),
+            }
+        )
+    return rows

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from ..facts import Unavailable
-from ..findings import Cause, Finding, Status, Subject
+from ..findings import Cause, Finding, Status, Subject, epoch_stamp, hostname_of
+from ..model.gpus import gpu_rows
 from .checks import hang_rules, rule_keys
 from .device_facts import device_test_facts
 from .policy import Policy
@@ -114,8 +114,7 @@ class GateReport:
 
     @property
     def generated_at(self) -> str:
-        stamp = datetime.fromtimestamp(int(self.generated_epoch), timezone.utc)
-        return stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
+        return epoch_stamp(self.generated_epoch)
 
     @property
     def go(self) -> bool:
@@ -141,35 +140,11 @@ class GateReport:
         return out
 
     def hostname(self) -> str:
-        host = self.facts.get("host")
-        name = host.get("hostname") if isinstance(host, Mapping) else None
-        return name if isinstance(name, str) else "unknown"
+        return hostname_of(self.facts)
 
     def gpus(self) -> list[dict[str, Any]]:
         """One row per GPU: identity, memory, and which checks failed on it."""
-        from ..model.gpus import gpus_of
-
-        def known(value: Any, kind: type) -> Any:
-            return value if isinstance(value, kind) and not isinstance(value, bool) else None
-
-        rows = []
-        for g in gpus_of(self.facts):
-            bus = known(g.bus_id, str)
-            on_it = [f for f in self.findings if f.subject.kind == "gpu" and f.subject.bus_id == bus]
-            rows.append(
-                {
-                    "index": known(g.index, int),
-                    "bus_id": bus,
-                    "uuid": known(g.uuid, str),
-                    "name": known(g.name, str),
-                    "memory_total_bytes": known(g.memory_total_bytes, int),
-                    "memory_used_bytes": known(g.reading("memory_used_bytes"), int),
-                    "utilization_gpu_pct": known(g.reading("utilization_gpu_pct"), int),
-                    "failed_checks": list(dict.fromkeys(f.rule_id for f in on_it if f.status is Status.FAIL)),
-                    "blocking": any(self.is_blocking(f) for f in on_it),
-                }
-            )
-        return rows
+        return gpu_rows(self.facts, self.findings, self.is_blocking)
 
 
 class GateFailed(Exception):

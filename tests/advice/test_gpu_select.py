@@ -168,3 +168,27 @@ def test_islands_from_the_peer_relation():
         {"index": 5, "nvlink_peers": []},
     ]
     assert nvlink_islands(gpus) == {0: 0, 1: 0, 2: 2, 3: 2, 4: 2}
+
+
+def test_select_json_names_the_chosen_gpus_and_the_value(capsys):
+    code, out, err = cli(capsys, "select", "-n", "2", "--format", "json", "--root", HEALTHY)
+    data = json.loads(out)
+    assert code == 0 and data["ok"] is True and data["cuda_visible_devices"] == "0,1"
+    assert [(g["index"], g["bus_id"], g["numa_node"]) for g in data["chosen"]] == [
+        (0, "0000:18:00.0", 0),
+        (1, "0000:9a:00.0", 1),
+    ]
+    first = data["chosen"][0]
+    assert first["name"] == "NVIDIA H100 80GB HBM3" and first["uuid"].startswith("GPU-")
+    assert first["free_memory_mib"] == (85520809984 - 593494016) // (1 << 20)
+    assert any("span NUMA nodes 0, 1" in n for n in data["notes"])
+    code, out, _ = cli(capsys, "select", "-n", "1", "--uuid", "--format", "json", "--root", HEALTHY)
+    assert code == 0 and json.loads(out)["cuda_visible_devices"] == json.loads(out)["chosen"][0]["uuid"]
+
+
+def test_select_json_when_too_few_qualify_says_why_and_exits_1(capsys):
+    code, out, _ = cli(capsys, "select", "-n", "2", "--format", "json", "--root", DEGRADED)
+    data = json.loads(out)
+    assert code == 1 and data["ok"] is False and data["cuda_visible_devices"] is None and data["chosen"] == []
+    assert data["qualified"] == 1
+    assert data["left_out"] == [{"gpu": "GPU 1 (0000:9a:00.0)", "why": "failed pcie-width-degraded"}]

@@ -8,7 +8,14 @@ import click
 
 from ...escaping import printable
 from ..load import load_ruleset, obtain_facts
-from ..options import ProbeOptions, facts_option, fail_on_option, min_free_memory_option, root_options
+from ..options import (
+    ProbeOptions,
+    facts_option,
+    fail_on_option,
+    format_option,
+    min_free_memory_option,
+    root_options,
+)
 from ..output import write_output
 from ..registry import help_text
 
@@ -31,7 +38,13 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID, or print UUIDs with --uuid.
 Exit status:
   0  the value is on stdout
   1  fewer than K GPUs qualify (stderr says why each was left out)
-  2  gpudoctor could not run"""
+  2  gpudoctor could not run
+
+\b
+--format json prints one object on stdout, with either exit status 0
+or 1: ok, cuda_visible_devices (null unless K qualified), chosen (index,
+uuid, bus_id, name, free_memory_mib, numa_node, ...), left_out (gpu,
+why) and notes."""
 
 
 @click.command("select", help=help_text("select"), epilog=SELECT_HELP)
@@ -39,6 +52,7 @@ Exit status:
 @min_free_memory_option("Free memory each needs.", default=0.0)
 @fail_on_option("A GPU with a failed check at or above this severity is left out.")
 @click.option("--uuid", "uuids", is_flag=True, help="Print GPU UUIDs instead of indices.")
+@format_option(help="text: the CUDA_VISIBLE_DEVICES value alone; json: the whole plan.")
 @facts_option()
 @click.option("-v", "--verbose", is_flag=True, help="Also say on stderr what was chosen and why others were not.")
 @root_options
@@ -47,6 +61,7 @@ def command(
     min_free_memory: float,
     fail_on: str,
     uuids: bool,
+    fmt: str,
     facts_file: str | None,
     verbose: bool,
     probe: ProbeOptions,
@@ -59,6 +74,11 @@ def command(
     ruleset = load_ruleset(())
     findings = run_rules(ruleset, facts, [r for r in ruleset.rules if r.subject == "gpu"])
     selection = plan(facts, findings, count, min_free_memory, Severity(fail_on))
+    if fmt == "json":
+        from ...render.select_json import render
+
+        write_output(render(selection, uuids), None)
+        sys.exit(0 if selection.ok else 1)
     for note in selection.notes:
         click.echo(f"gpudoctor select: {printable(note)}", err=True)
     if not selection.ok:

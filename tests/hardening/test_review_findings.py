@@ -65,7 +65,7 @@ SHOWN = "\\x1b]0;T\\x07\\x1b[2J\\u009b\\u007f\\u202e"  # EVIL as visible escapes
 def test_gate_prometheus_holds_no_control_characters_and_parses(capsys, tmp_path):
     text = _gate_file(capsys, tmp_path, "--prometheus")
     families = {f.name: f.samples for f in text_string_to_metric_families(text)}
-    names = {s.labels["name"] for s in families["gpudoctor_gpu_healthy"]}
+    names = {s.labels["modelName"] for s in families["gpudoctor_gpu_healthy"]}
     assert names == {"NVIDIA H200 " + SHOWN, SHOWN}  # visible, not dropped
 
 

@@ -119,13 +119,30 @@ def test_prometheus_textfile_parses_and_says_what_failed_where():
         "severity": "error",
         "subject": "GPU 1 (0000:9a:00.0)",
         "gpu": "1",
-        "bus_id": "0000:9a:00.0",
+        "pci_bus_id": "00000000:9A:00.0",
     }
-    healthy = {s.labels["bus_id"]: s.value for s in families["gpudoctor_gpu_healthy"]}
-    assert healthy == {"0000:18:00.0": 1, "0000:9a:00.0": 0}
+    healthy = {s.labels["pci_bus_id"]: s.value for s in families["gpudoctor_gpu_healthy"]}
+    assert healthy == {"00000000:18:00.0": 1, "00000000:9A:00.0": 0}
     assert {s.labels["status"]: s.value for s in families["gpudoctor_gate_checks"]}["fail"] == 1
     memory = families["gpudoctor_gpu_memory_total_bytes"]
     assert len(memory) == 2 and memory[0].value > 70 * (1 << 30)
+
+
+def test_prometheus_gpu_labels_are_dcgm_exporters_so_dashboards_join():
+    # dcgm-exporter labels a GPU gpu="1",UUID="GPU-...",pci_bus_id="00000000:9A:00.0",
+    # device="nvidia1",modelName="<NVML name>": the same names and forms here, on every GPU metric
+    families = parse(prometheus.render(report_of("pcie-degraded")))
+    want = {
+        "gpu": "1",
+        "UUID": "GPU-00000000-0000-0000-0000-000000000001",
+        "pci_bus_id": "00000000:9A:00.0",
+        "device": "nvidia1",
+    }
+    for name in ("gpudoctor_gpu_healthy", "gpudoctor_gpu_failed_checks", "gpudoctor_gpu_memory_total_bytes"):
+        (sample,) = [s for s in families[name] if s.labels["gpu"] == "1"]
+        assert {k: sample.labels[k] for k in want} == want, name
+        assert sample.labels["modelName"].startswith("NVIDIA "), name
+    assert {s.labels["pci_bus_id"] for s in families["gpudoctor_check_failed"]} >= {"", "00000000:18:00.0"}
 
 
 def test_prometheus_unjudged_checks_fail_closed():

@@ -8,16 +8,23 @@ Metrics (all gauges):
 - ``gpudoctor_gate_duration_seconds``    how long the gate ran
 - ``gpudoctor_gate_timestamp_seconds``   when it ran (Unix time)
 - ``gpudoctor_gate_checks{status}``      findings per status (pass, fail, unknown, error, skip)
-- ``gpudoctor_check_failed{check,area,severity,subject,gpu,bus_id}``     1 failed, else 0
+- ``gpudoctor_check_failed{check,area,severity,subject,gpu,pci_bus_id}``     1 failed, else 0
 - ``gpudoctor_check_unjudged{...}``      1 when the check could not be judged
 - ``gpudoctor_check_blocking{...}``      1 when it made the gate no-go
-- ``gpudoctor_gpu_healthy{gpu,bus_id,uuid,name}``   0 when a blocking finding is about the GPU
-- ``gpudoctor_gpu_failed_checks{gpu,bus_id}``       failed checks on the GPU
-- ``gpudoctor_gpu_memory_total_bytes{gpu,bus_id}``, ``gpudoctor_gpu_memory_used_bytes{gpu,bus_id}``
+- ``gpudoctor_gpu_healthy{gpu,UUID,pci_bus_id,device,modelName}``   0 when a blocking finding is
+  about the GPU
+- ``gpudoctor_gpu_failed_checks{<the same GPU labels>}``   failed checks on the GPU
+- ``gpudoctor_gpu_memory_total_bytes{...}``, ``gpudoctor_gpu_memory_used_bytes{...}``
 - ``gpudoctor_info{version,policy,on_cannot_check}``  always 1
 
-Host-level checks carry ``gpu=""`` and ``bus_id=""``. No ``instance`` or ``host`` label: the
-scrape adds it. Formatting only.
+The GPU labels are dcgm-exporter's, named and written as it writes them, so a dashboard joins the
+two with ``on(UUID)`` or ``on(gpu, pci_bus_id)``: ``gpu`` the index in decimal, ``UUID``,
+``pci_bus_id`` in NVML's form (``00000000:9A:00.0``), ``device`` ``nvidia<index>``, ``modelName``
+the NVML name (NVIDIA/dcgm-exporter at d5e5f510, internal/pkg/rendermetrics/render_metrics.go,
+the GPU template, and internal/pkg/collector/base_collector.go, createMetric; its test data writes
+bus ids "00000000:1B:00.0"). Host-level checks carry ``gpu=""`` and ``pci_bus_id=""``; a value
+gpudoctor does not know is "". No ``instance`` or ``Hostname`` label: the scrape adds the
+instance. Formatting only.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any, Iterable
 
 from ..escaping import printable_lines
 from ..findings import Status
+from ..model.bus_ids import parse_bus_id
 
 # The file is written as rendered (the output writer's escaping pass would break the format), so
 # outside text (a GPU name, a subject) is made printable here: every control character but the
@@ -45,6 +53,28 @@ def _help(text: str) -> str:
 def _labels(pairs: Iterable[tuple[str, Any]]) -> str:
     inner = ",".join(f'{k}="{_escape("" if v is None else str(v))}"' for k, v in pairs)
     return "{" + inner + "}" if inner else ""
+
+
+def _dcgm_bus_id(bus_id: str | None) -> str:
+    """A bus id as NVML and so dcgm-exporter write it: an 8-digit domain, upper-case hex."""
+    if not bus_id:
+        return ""
+    try:
+        domain, bus, rest = parse_bus_id(bus_id).split(":")
+    except ValueError:
+        return bus_id  # not a bus id: shown as read, so it still names the same thing
+    return f"{int(domain, 16):08X}:{bus.upper()}:{rest.upper()}"
+
+
+def _gpu_labels(g: dict[str, Any]) -> list[tuple[str, Any]]:
+    index = g["index"]
+    return [
+        ("gpu", "" if index is None else index),
+        ("UUID", g["uuid"] or ""),
+        ("pci_bus_id", _dcgm_bus_id(g["bus_id"])),
+        ("device", "" if index is None else f"nvidia{index}"),
+        ("modelName", g["name"] or ""),
+    ]
 
 
 def _number(value: float) -> str:
@@ -104,7 +134,7 @@ def render(report: Any) -> str:
             ("severity", f.severity.value),
             ("subject", f.subject.label),
             ("gpu", "" if f.subject.index is None or f.subject.kind != "gpu" else f.subject.index),
-            ("bus_id", f.subject.bus_id or ""),
+            ("pci_bus_id", _dcgm_bus_id(f.subject.bus_id)),
         ]
         m.add(
             "gpudoctor_check_failed",
@@ -125,12 +155,12 @@ def render(report: Any) -> str:
             labels,
         )
     for g in report.gpus():
-        ident = [("gpu", "" if g["index"] is None else g["index"]), ("bus_id", g["bus_id"] or "")]
+        ident = _gpu_labels(g)
         m.add(
             "gpudoctor_gpu_healthy",
             "0 when a blocking finding is about this GPU, else 1.",
             0 if g["blocking"] else 1,
-            [*ident, ("uuid", g["uuid"] or ""), ("name", g["name"] or "")],
+            ident,
         )
         m.add("gpudoctor_gpu_failed_checks", "Checks that failed on this GPU.", len(g["failed_checks"]), ident)
         if g["memory_total_bytes"] is not None:

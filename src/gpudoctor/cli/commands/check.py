@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..completion import complete_area
 from ..errors import UserError
 from ..load import (
     load_facts_file,
@@ -37,8 +38,16 @@ from ..registry import EXIT_HELP, help_text
 @format_option()
 @output_option("the report")
 @rule_dir_options
-@click.option("--only", multiple=True, metavar="AREA|TAG|ID", help="Run only these checks (repeatable).")
-@click.option("--skip", multiple=True, metavar="AREA|TAG|ID", help="Skip these checks (repeatable).")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="AREA|TAG|ID",
+    shell_complete=complete_area,
+    help="Run only these checks (repeatable).",
+)
+@click.option(
+    "--skip", multiple=True, metavar="AREA|TAG|ID", shell_complete=complete_area, help="Skip these checks (repeatable)."
+)
 @fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
 @click.option("-v", "--verbose", is_flag=True, help="List every pass and skipped check, each subject on its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the problems, the summary and the verdict.")

@@ -4,8 +4,11 @@ columns no line runs past the width but one piece that cannot be broken or a com
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from gpudoctor.render.layout import is_command
 from tests.conftest import HOSTS
 from tests.helpers.width import run_at, too_wide
 
@@ -40,3 +43,24 @@ def test_gate_blocking_lines_stay_one_line_each_at_60(capsys, monkeypatch):
     lines = out.splitlines()
     blocking = [line for line in lines if line.startswith("NO-GO  ")]
     assert blocking and lines[: len(blocking)] == blocking and lines[len(blocking)] == ""
+
+
+# no driver (install commands), NVLink down on 8 GPUs, NVSwitch SXid, degraded RDMA, DKMS without headers
+FIX_HOSTS = ("no-driver", "nvlink-down-8gpu", "nvswitch-sxid-fatal", "rdma-degraded", "dkms-headers-missing")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("host", FIX_HOSTS)
+def test_fix_list_fits_every_width_and_keeps_commands_whole(capsys, monkeypatch, width, host):
+    out = run_at(capsys, monkeypatch, width, "fix", "--root", str(HOSTS / host))
+    listing = run_at(capsys, monkeypatch, width, "fix", "--root", str(HOSTS / host), "--format", "json")
+    commands = set()
+    for group in json.loads(listing)["groups"]:
+        for item in group["items"]:
+            assert f"     then: {item['verify']}" in out  # the re-check, whole on one line
+            for line in item["fix"].splitlines():
+                if is_command(line):  # printed whole, on one line
+                    assert line.rstrip() in out, line
+                    commands.add(line.strip())
+    rest = "\n".join(line for line in out.splitlines() if line.strip() not in commands)
+    assert too_wide(rest, width, ("     then: ",)) == []

@@ -31,7 +31,7 @@ from ..options import (
     rule_dir_options,
     strategy_option,
 )
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import help_text
 
 FIX_EXIT_HELP = """\b
@@ -242,8 +242,9 @@ def _fix_list(
     elif fmt == "shell":
         text = fix_list.render_shell(fixes, head)
     else:
-        style = style_for(sys.stdout, color, to_file=bool(output and output != "-"))
-        text = fix_list.render_text(fixes, head, style)
+        to_file = bool(output and output != "-")
+        style = style_for(sys.stdout, color, to_file=to_file)
+        text = fix_list.render_text(fixes, head, style, output_width(sys.stdout, to_file))
         write_output(text, output, colour=coloured(style))
         return
     write_output(text, output)

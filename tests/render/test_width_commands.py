@@ -64,3 +64,37 @@ def test_fix_list_fits_every_width_and_keeps_commands_whole(capsys, monkeypatch,
                     commands.add(line.strip())
     rest = "\n".join(line for line in out.splitlines() if line.strip() not in commands)
     assert too_wide(rest, width, ("     then: ",)) == []
+
+
+# two NUMA sockets with 8 GPUs, a container limited to some CPUs, a 2-node VM, no driver
+NUMA_HOSTS = ("numa-dgx-8gpu", "numa-container-limited", "numa-vm-2node", "no-driver")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("host", NUMA_HOSTS)
+def test_fix_numa_fits_every_width_and_keeps_the_numactl_lines_whole(capsys, monkeypatch, width, host):
+    out = run_at(capsys, monkeypatch, width, "fix", "--numa", "--root", str(HOSTS / host))
+    plan = json.loads(
+        run_at(capsys, monkeypatch, width, "fix", "--numa", "--format", "json", "--root", str(HOSTS / host))
+    )
+    assert plan["gpus"], plan
+    commands = [line for line in out.splitlines() if line.startswith("numactl ")]
+    assert len(commands) == sum(1 for g in plan["gpus"] if g.get("argv"))
+    # comment lines wrap; the live numactl lines and the launcher examples ("#   torchrun ...") do not
+    assert too_wide(out, width, ("numactl ", "#   torchrun ", "#   srun ")) == []
+
+
+# the real H200 host, a Pascal card torch dropped, no driver, a B300 under the device minimum
+TORCH_HOSTS = ("h200-x2-real", "pascal-dropped-refused", "no-driver", "b300-below-device-min")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("host", TORCH_HOSTS)
+def test_fix_torch_fits_every_width_and_keeps_the_install_commands_whole(capsys, monkeypatch, width, host):
+    out = run_at(capsys, monkeypatch, width, "fix", "--torch", "--root", str(HOSTS / host))
+    rec = json.loads(
+        run_at(capsys, monkeypatch, width, "fix", "--torch", "--format", "json", "--root", str(HOSTS / host))
+    )
+    commands = {f"  {command}" for command in rec["commands"].values()}
+    assert commands <= set(out.splitlines())  # each install command whole, on a line of its own
+    assert too_wide("\n".join(line for line in out.splitlines() if line not in commands), width) == []

@@ -150,7 +150,8 @@ def command(
             facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
             plan = plan_numa(facts, strategy=strategy or "node", membind=membind, visible=visible)
-            text = render_numa_plan(plan, facts, fmt or "shell")
+            width = output_width(sys.stdout, bool(output and output != "-"))
+            text = render_numa_plan(plan, facts, fmt or "shell", width)
         except ValueError as exc:
             raise UserError(f"--numa: {exc}") from None
         write_output(text, output)
@@ -213,7 +214,8 @@ def _torch(
     elif fmt == "shell":
         text = torch_build.render_shell(rec)
     else:
-        text = torch_build.render_text(rec, "the live machine" if origin == "live" else origin)
+        width = output_width(sys.stdout, bool(output and output != "-"))
+        text = torch_build.render_text(rec, "the live machine" if origin == "live" else origin, width)
     write_output(text, output)
     return rec.exit_code
 

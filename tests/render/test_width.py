@@ -9,32 +9,12 @@ import pytest
 from gpudoctor.render.layout import is_command
 from tests.conftest import HOSTS
 from tests.helpers.golden import GOLDEN, check
+from tests.helpers.width import run_at, too_wide
 from tests.preflight.helpers import cli
 
 WIDTHS = (60, 80, 120)
 # one per kind: the real two-GPU H200, an 8-GPU NVSwitch board, no driver, a degraded PCIe host
 TIER_HOSTS = ("h200-x2-real", "nvswitch-8gpu", "no-driver", "pcie-degraded")
-
-
-def too_wide(text: str, width: int, code_prefixes: tuple[str, ...] = ()) -> list[str]:
-    """The lines longer than `width` that could have been broken: more than one token, and not a
-    command line or a line of code (`code_prefixes`: rules show's expressions)."""
-    bad = []
-    for line in text.splitlines():
-        if len(line) <= width or is_command(line.strip()) or line.startswith(code_prefixes):
-            continue
-        indent = len(line) - len(line.lstrip())
-        words = line.split()
-        if indent + len(words[0]) + 1 + len(words[1] if len(words) > 1 else "") <= width:
-            bad.append(line)
-    return bad
-
-
-def run_at(capsys, monkeypatch, width: int, *args: str) -> str:
-    monkeypatch.setenv("COLUMNS", str(width))
-    code, out, err = cli(capsys, *args)
-    assert code in (0, 1), err
-    return out
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -11,15 +11,15 @@ import shlex
 from typing import Any
 
 from ..advice.fix_list import FIX_GROUPS, FixItem, FixList
+from .layout import fix_lines, wrap, wrap_units
 from .shell import shell_command, shell_comment
+
+WIDTH = 100  # pipes and files; the command passes the terminal's
+BODY = " " * 7  # a fix item's message and fix text sit under its rule id
 
 
 def _verify(item: FixItem) -> str:
     return shlex.join(item.verify_argv)
-
-
-def _indent(text: str, prefix: str) -> list[str]:
-    return [f"{prefix}{line}".rstrip() for line in text.strip().splitlines()]
 
 
 def _subjects_line(item: FixItem) -> str:
@@ -29,22 +29,26 @@ def _subjects_line(item: FixItem) -> str:
     return ", ".join(labels)
 
 
-def render_text(fixes: FixList, header: str = "", style: Any = None) -> str:
+def render_text(fixes: FixList, header: str = "", style: Any = None, width: int = WIDTH) -> str:
+    """The fix list for people, fitted to `width`: prose wraps, a fix's command lines and the
+    re-check command are printed whole (layout.fix_lines), however long."""
+
     def s(text: str, **kw: Any) -> str:
         return style(text, **kw) if style else text
 
-    lines = [f"gpudoctor fix · {header}" if header else "gpudoctor fix", ""]
+    lines = [*(wrap(f"gpudoctor fix · {header}", width, "", "  ") if header else ["gpudoctor fix"]), ""]
     if not fixes.items:
         lines.append("Nothing to fix: no check failed.")
     for group, items in fixes.by_group():
         lines.append(s(f"{FIX_GROUPS[group]} ({len(items)})", bold=True))
         for n, item in enumerate(items, 1):
             sev = {"error": "FAIL", "warning": "warn", "info": "info"}[item.severity.value]
-            lines.append(f"  {n}. [{sev}] {item.rule_id} — {_subjects_line(item)}")
+            lines.extend(wrap(f"{n}. [{sev}] {item.rule_id} — {_subjects_line(item)}", width, "  ", BODY))
             for message in dict.fromkeys(item.messages):  # the same message for many subjects once
-                lines.extend(_indent(message, "       "))
+                for line in message.strip().splitlines():
+                    lines.extend(wrap_units(line, width, BODY) if line.strip() else [""])
             lines.append("     fix:")
-            lines.extend(_indent(item.fix, "       "))
+            lines.extend(fix_lines(item.fix.strip(), width, BODY, BODY))
             lines.append(f"     then: {_verify(item)}")
             lines.append("")
     tail = []
@@ -53,7 +57,8 @@ def render_text(fixes: FixList, header: str = "", style: Any = None) -> str:
     if fixes.errors:
         tail.append(f"{fixes.errors} rule(s) broke; `gpudoctor check` shows them.")
     tail.append("gpudoctor prints fixes and never runs them.")
-    lines.extend(tail)
+    for line in tail:
+        lines.extend(wrap_units(line, width))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,6 +1,11 @@
 """The gate's report for people and job logs: on no-go the blocking lines first, then what else
 did not pass, a summary and the verdict. Formatting only; every value from the facts, the findings
-and the policy goes through gpudoctor.escaping.printable."""
+and the policy goes through gpudoctor.escaping.printable (or render/layout, which escapes).
+
+Lines fit `width` (from the command; 100 for pipes and files): prose wraps under its first line,
+a check's message wraps under the message column (or, when the columns leave it too little room,
+on lines of its own below the row), and commands in a fix are never broken (layout.wrap_units).
+The blocking NO-GO lines at the top stay one line each (see blocking_text)."""
 
 from __future__ import annotations
 
@@ -9,17 +14,29 @@ from typing import Any
 from ..escaping import printable
 from ..findings import Cause, Finding, Status
 from ..preflight.verdict import not_visible
-from .text import STATUS_COLOURS, Style, badge, header, plain
+from .layout import wrap, wrap_units
+from .text import STATUS_COLOURS, Style, _pack, badge, header, plain
 
 WIDTH = 100
+# The message column of a check's row starts here; with fewer columns than MESSAGE_ROOM left for
+# the message it goes on lines of its own, indented by MESSAGE_INDENT.
+MESSAGE_ROOM = 24
+MESSAGE_INDENT = "          "
 
 
 def blocking_text(report: Any, style: Style = plain) -> list[str]:
-    """One line per blocking finding (or group of findings that could not be judged for one cause)."""
+    """One line per blocking finding (or group of findings that could not be judged for one cause).
+    Never wrapped, at any width: the README promises one line each, and job logs are grepped for
+    them (a line that runs long beats a finding cut in two)."""
     return [style("NO-GO", fg="red", bold=True) + "  " + printable(line.text) for line in report.lines]
 
 
 def policy_line(report: Any) -> str:
+    return " · ".join(policy_bits(report))
+
+
+def policy_bits(report: Any) -> list[str]:
+    """The policy in short, one piece per setting (escaped)."""
     p = report.policy
     bits = [
         f"policy: {printable(p.source)}",
@@ -48,7 +65,7 @@ def policy_line(report: Any) -> str:
         bits.append("ignored: " + printable(", ".join(p.ignore)))
     if p.deep:
         bits.append("deep")
-    return " · ".join(bits)
+    return bits
 
 
 FOLD_AT = 3
@@ -61,23 +78,47 @@ def _why_not_judged(report: Any, f: Finding) -> str:
     return str(report.policy.on_cannot_check)
 
 
-def _row(f: Finding, style: Style, note: str = "") -> str:
+def _row(f: Finding, style: Style, width: int, note: str = "") -> list[str]:
+    """A check's row: status, rule id, subject, then its message wrapped under the message column
+    (or below the row when that column would be narrower than MESSAGE_ROOM)."""
     b = badge(f)
     status = style(f"{b:<7}", **STATUS_COLOURS.get(b, {}))
-    return f"  {status} {printable(f.rule_id):<34} {printable(f.subject.label):<22} {printable(f.message)}{note}"
+    plain_lead = f"  {b:<7} {printable(f.rule_id):<34} {printable(f.subject.label):<22} "
+    if width - len(plain_lead) >= MESSAGE_ROOM:
+        rest = " " * len(plain_lead)
+        lines = wrap_units(f.message, width, plain_lead, rest)
+    else:
+        rest = MESSAGE_INDENT
+        head = [plain_lead.rstrip()]
+        if len(head[0]) > width:  # too narrow for the columns: rule id and subject flow, unpadded
+            head = wrap(f"{f.rule_id} {f.subject.label}", width, f"  {b:<7} ", rest)
+        lines = [*head, *wrap_units(f.message, width, rest)]
+    if note:  # the note ("[blocking]") follows the message, on a line of its own if it must
+        fits = len(lines[-1]) + len(note) <= width
+        lines[-1:] = [lines[-1] + note] if fits else [lines[-1], rest + note.strip()]
+    return [f"  {status} " + lines[0][10:], *lines[1:]]
 
 
-def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
+def _styled(text: str, width: int, style: Style, **how: Any) -> list[str]:
+    """`text` wrapped to `width` (continuations indented two spaces), each line styled with `how`."""
+    return [style(line, **how) for line in wrap(text, width, "", "  ")]
+
+
+def render(report: Any, style: Style = plain, verbose: bool = False, width: int = WIDTH) -> str:
     from .. import __version__
 
     lines: list[str] = []
     if not report.go:
         lines.extend(blocking_text(report, style))
         lines.append("")
-    lines.append(style(f"gpudoctor gate {__version__}", bold=True) + " · " + header(report.facts))
+    title = f"gpudoctor gate {__version__}"
+    first, *more = wrap(f"{title} · {header(report.facts)}", width, "", "  ")
+    lines.append(style(title, bold=True) + first[len(title) :])
+    lines.extend(more)
     if report.facts_origin != "live":
-        lines.append(f"facts: {printable(report.facts_origin)}")
-    lines.append(policy_line(report))
+        lines.extend(wrap(f"facts: {report.facts_origin}", width, "", "  "))
+    # a setting ("deadline 30 s") is never cut: the line breaks between settings
+    lines.extend(_pack(policy_bits(report), width, "", "  ", " · "))
 
     shown = [
         f
@@ -102,16 +143,18 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
             status = style(f"{'unknown':<7}", **STATUS_COLOURS["unknown"])
             would = [f for f in group if f.severity.rank >= report.policy.fail_on.rank]
             note = f"  [{len(would)} not judged: {_why_not_judged(report, would[0])}]" if would else ""
-            lines.append(f"  {status} {len(group)} checks could not be judged: {printable(cause.words())}{note}")
+            said = f"{len(group)} checks could not be judged: {cause.words()}{note}"
+            first, *more = wrap(said, width, f"  {'unknown':<7} ", MESSAGE_INDENT)
+            lines.extend([f"  {status} " + first[10:], *more])
         for f in shown:
             note = ""
             if report.is_blocking(f):
                 note = "  [blocking]"
             elif id(f) in not_judged and report.cannot_check(f) and f.severity.rank >= report.policy.fail_on.rank:
                 note = f"  [not judged: {_why_not_judged(report, f)}]"
-            lines.append(_row(f, style, note))
+            lines.extend(_row(f, style, width, note))
             if verbose and f.detail and f.status is not Status.PASS:
-                lines.append(f"          why:  {printable(f.detail)}")
+                lines.extend(wrap_units(f.detail, width, f"{MESSAGE_INDENT}why:  "))
 
     deep = report.deep
     if deep is not None:
@@ -125,13 +168,18 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
         if info["timed_out"]:
             bits.append("stopped at the deadline")
         lines.append("")
-        lines.append("device test: " + " · ".join(bits))
+        lines.extend(wrap("device test: " + " · ".join(bits), width, "", "  "))
 
     c = report.counts()
     lines.append("")
-    lines.append(
-        f"Summary: {c['pass']} passed, {c['fail']} failed, {c['unknown']} unknown, {c['error']} rule errors, "
-        f"{c['skip']} not applicable · {report.duration_s:.2f} s"
+    lines.extend(
+        wrap(
+            f"Summary: {c['pass']} passed, {c['fail']} failed, {c['unknown']} unknown, {c['error']} rule errors, "
+            f"{c['skip']} not applicable · {report.duration_s:.2f} s",
+            width,
+            "",
+            "  ",
+        )
     )
     if report.go:
         note = ""
@@ -140,14 +188,11 @@ def render(report: Any, style: Style = plain, verbose: bool = False) -> str:
             if judged_out:
                 why = ", ".join(dict.fromkeys(_why_not_judged(report, f) for f in judged_out))
                 note = f" — {len(judged_out)} check(s) could not be judged ({why})"
-        lines.append(style(f"Verdict: GO{note}", fg="green", bold=True))
+        lines.extend(_styled(f"Verdict: GO{note}", width, style, fg="green", bold=True))
     else:
-        lines.append(
-            style(
-                f"Verdict: NO-GO — {len(report.blocking)} blocking finding(s), in the {len(report.lines)} "
-                "line(s) at the top (exit status 1)",
-                fg="red",
-                bold=True,
-            )
+        verdict = (
+            f"Verdict: NO-GO — {len(report.blocking)} blocking finding(s), in the {len(report.lines)} "
+            "line(s) at the top (exit status 1)"
         )
+        lines.extend(_styled(verdict, width, style, fg="red", bold=True))
     return "\n".join(lines) + "\n"

@@ -15,12 +15,15 @@ from ..inputs import shown_excerpt
 from ..model.topology import cpulist
 from .shell import shell_command, shell_comment
 
+WIDTH = 100  # pipes and files (the plan is mostly written to a file); the command passes the terminal's
+
 FORMATS = ("shell", "json")
 JSON_FORMAT_VERSION = 1
 
 
-def render_numa_plan(plan: NumaPlan, facts: Mapping[str, Any], fmt: str = "shell") -> str:
-    """The plan for the machine the facts describe, as shell (``text`` is taken as shell) or JSON.
+def render_numa_plan(plan: NumaPlan, facts: Mapping[str, Any], fmt: str = "shell", width: int = WIDTH) -> str:
+    """The plan for the machine the facts describe, as shell (``text`` is taken as shell) or JSON;
+    the shell's comments wrap to `width`, its command lines never do.
 
     Raises ValueError for an unknown format."""
     if fmt == "text":
@@ -29,7 +32,7 @@ def render_numa_plan(plan: NumaPlan, facts: Mapping[str, Any], fmt: str = "shell
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "json":
         return render_json(plan, facts)
-    return render_shell(plan, facts)
+    return render_shell(plan, facts, width)
 
 
 def _hostname(facts: Mapping[str, Any]) -> str:
@@ -99,7 +102,7 @@ def render_json(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _wrap(prefix: str, text: str, width: int = 100) -> list[str]:
+def _wrap(prefix: str, text: str, width: int = WIDTH) -> list[str]:
     """text on comment lines of about width characters: the first starts with prefix (a "#..."),
     the others with "#     ". Each line is made by shell_comment, so whatever the facts put in
     text stays on comment lines (the split on whitespace drops line breaks; shell_comment escapes
@@ -160,37 +163,40 @@ def _gpu_detail(b: GpuBinding, plan: NumaPlan) -> str:
     return text
 
 
-def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
+def render_shell(plan: NumaPlan, facts: Mapping[str, Any], width: int = WIDTH) -> str:
     topo = plan.topology
     nodes = topo.cpu_nodes()
     # Every comment line goes through shell_comment (directly or by _wrap): hostname, GPU names,
     # UUIDs, bus ids, NIC names, CUDA_VISIBLE_DEVICES and the facts' own "why unknown" details are
     # text from the snapshot. The only live lines are the numactl commands (GpuBinding.argv).
-    lines = [
-        shell_comment(
-            f"gpudoctor NUMA binding plan · strategy {plan.strategy}{' · --membind' if plan.membind else ''} · "
-            f"{_hostname(facts)} · {len(plan.all_gpus)} GPU(s) · {len(nodes)} NUMA node(s) with CPUs"
-        ),
-    ]
+    # the comment lines wrap to `width`; the numactl lines and the launcher examples never do
+    lines = _wrap(
+        "#",
+        f"gpudoctor NUMA binding plan · strategy {plan.strategy}{' · --membind' if plan.membind else ''} · "
+        f"{_hostname(facts)} · {len(plan.all_gpus)} GPU(s) · {len(nodes)} NUMA node(s) with CPUs",
+        width,
+    )
     for node in nodes:
         size = f", {node.memory_bytes / GIB:.0f} GiB" if node.memory_bytes is not None else ""
-        lines.append(shell_comment(f"node {node.id}: CPUs {cpulist(node.cpus)}{size}", "#   "))
-    lines.append(shell_comment(f"GPUs from {plan.gpu_source}; {_visibility_line(plan)}"))
+        lines.extend(_wrap("#   ", f"node {node.id}: CPUs {cpulist(node.cpus)}{size}", width))
+    lines.extend(_wrap("#", f"GPUs from {plan.gpu_source}; {_visibility_line(plan)}", width))
     allowed = plan.allowed
     total = len(topo.online)
-    lines.append(
-        shell_comment(
-            f"CPUs this process may use: {cpulist(allowed.cpus)} ({len(allowed.cpus)} of {total}; {allowed.detail})"
+    lines.extend(
+        _wrap(
+            "#",
+            f"CPUs this process may use: {cpulist(allowed.cpus)} ({len(allowed.cpus)} of {total}; {allowed.detail})",
+            width,
         )
     )
     for warning in plan.warnings:
-        lines.extend(_wrap("# WARNING:", warning))
+        lines.extend(_wrap("# WARNING:", warning, width))
     for note in plan.notes:
-        lines.extend(_wrap("# note:", note))
+        lines.extend(_wrap("# note:", note, width))
     for b in plan.bindings:
         lines.append("#")
-        lines.append(shell_comment(_gpu_head(b)))
-        lines.extend(_wrap("#   ", _gpu_detail(b, plan)))
+        lines.extend(_wrap("#", _gpu_head(b), width))
+        lines.extend(_wrap("#   ", _gpu_detail(b, plan), width))
         if b.nic is not None:
             env = " ".join(f"{k}={v}" for k, v in b.nic.env.items())
             lines.extend(
@@ -198,19 +204,21 @@ def render_shell(plan: NumaPlan, facts: Mapping[str, Any]) -> str:
                     "#   ",
                     f"nearest RDMA NIC: {b.nic.nic.name} ({b.nic.nic.bus_id}, {b.nic.relation}); if NCCL or UCX "
                     f"pick another: {env}",
+                    width,
                 )
             )
         for warning in b.warnings:
-            lines.extend(_wrap("#   WARNING:", warning))
+            lines.extend(_wrap("#   WARNING:", warning, width))
         for note in b.notes:
-            lines.extend(_wrap("#   note:", note))
+            lines.extend(_wrap("#   note:", note, width))
         if b.bindable:
             lines.append(shell_command(b.argv))
         else:
             lines.append("#   (no binding for this GPU)")
     if plan.bindings and any(b.bindable for b in plan.bindings):
         lines.append("#")
-        lines.append("# Prefix each GPU's process with its line, or let gpudoctor bind each rank of a launcher:")
+        how = "Prefix each GPU's process with its line, or let gpudoctor bind each rank of a launcher:"
+        lines.extend(_wrap("#", how, width))
         strategy = "" if plan.strategy == "node" else f" --strategy {plan.strategy}"
         membind = " --membind" if plan.membind else ""
         lines.append(

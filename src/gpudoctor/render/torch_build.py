@@ -12,7 +12,10 @@ from typing import Any
 
 from ..advice.torch_build import Recommendation
 from ..advice.torch_variants import cuda_of, sm_name
+from .layout import wrap, wrap_units
 from .shell import shell_command, shell_comment
+
+WIDTH = 100  # pipes and files; the command passes the terminal's
 
 
 def commands(rec: Recommendation) -> dict[str, str]:
@@ -57,58 +60,65 @@ def data_age(rec: Recommendation) -> str:
     return f"{newest}, retrieved {d.retrieved} ({age})"
 
 
-def render_text(rec: Recommendation, origin: str = "") -> str:
+def render_text(rec: Recommendation, origin: str = "", width: int = WIDTH) -> str:
+    """The advice for people, fitted to `width`: prose wraps under its label, the install commands
+    are printed whole, one a line, however long."""
     i = rec.inputs
-    lines = [f"Torch build{' for ' + origin if origin else ''}"]
+    lines = wrap(f"Torch build{' for ' + origin if origin else ''}", width, "", "  ")
+
+    def field(label: str, text: str) -> None:
+        lines.extend(wrap_units(text, width, f"  {label + ':':<9}", " " * 11))
+
     if i.nvidia_gpus:
         groups: dict[str, int] = {}
         for g in i.nvidia_gpus:
             label = f"{g['name']} ({sm_name(g['cc']) if g['cc'] else 'compute capability unknown'})"
             groups[label] = groups.get(label, 0) + 1
-        lines.append("  GPUs:    " + ", ".join(f"{n}× {label}" for label, n in groups.items()))
+        field("GPUs", ", ".join(f"{n}× {label}" for label, n in groups.items()))
     if i.amd_gpus or i.amd_gfx:
-        lines.append(f"  AMD:     {i.amd_gpus} GPU(s), gfx {', '.join(i.amd_gfx) or 'unknown'}")
+        field("AMD", f"{i.amd_gpus} GPU(s), gfx {', '.join(i.amd_gfx) or 'unknown'}")
     if not i.nvidia_gpus and not (i.amd_gpus or i.amd_gfx):
-        lines.append("  GPUs:    none")
+        field("GPUs", "none")
     if i.nvidia_gpus:
-        lines.append(f"  driver:  {i.driver or 'unknown'} ({i.driver_source})")
+        field("driver", f"{i.driver or 'unknown'} ({i.driver_source})")
     where = i.python_executable if i.python_executable and i.python_source == "host.python_version" else i.python_source
-    lines.append(f"  Python:  {i.python or 'unknown'} ({where})")
-    lines.append(f"  data:    {data_age(rec)}")
+    field("Python", f"{i.python or 'unknown'} ({where})")
+    field("data", data_age(rec))
     lines.append("")
     if rec.working and rec.variant:
         kind = {"nvidia": f"CUDA {cuda_of(rec.variant)}", "amd": "ROCm", "cpu": "CPU"}[rec.target]
-        lines.append(f"Recommended: torch {rec.torch_version} · {rec.variant} ({kind})")
+        lines.extend(wrap(f"Recommended: torch {rec.torch_version} · {rec.variant} ({kind})", width, "", "  "))
     else:
-        lines.append(f"No GPU build fits: torch {rec.torch_version or '?'} · {rec.variant or 'none'} (CPU only)")
+        said = f"No GPU build fits: torch {rec.torch_version or '?'} · {rec.variant or 'none'} (CPU only)"
+        lines.extend(wrap(said, width, "", "  "))
     for w in rec.why:
-        lines.append(f"  why: {w}")
+        lines.extend(wrap_units(w, width, "  why: "))
     cmds = commands(rec)
-    if cmds:
+    if cmds:  # commands: whole, however long
         lines.append("")
         lines.append(f"  {cmds['pip']}")
         lines.append(f"  {cmds['uv']}")
         lines.append(f"  {cmds['uv_backend']}")
     if rec.upgrade_hint:
         lines.append("")
-        lines.append(f"  driver: {rec.upgrade_hint}")
+        lines.extend(wrap_units(rec.upgrade_hint, width, "  driver: "))
     others = [v for v in rec.verdicts if v.variant != rec.variant and v.relevant]
     if others:
         lines.append("")
-        lines.append(f"Other variants of torch {rec.release}:")
-        width = max(len(v.variant) for v in others)
+        lines.extend(wrap(f"Other variants of torch {rec.release}:", width))
+        column = max(len(v.variant) for v in others)
         for v in others:
             state = "runs, not chosen:" if v.ok else "no:"
-            lines.append(f"  {v.variant.ljust(width)}  {state} {v.reason}")
+            lines.extend(wrap_units(f"{state} {v.reason}", width, f"  {v.variant.ljust(column)}  ", " " * (column + 4)))
     if rec.skipped:
         lines.append("")
         lines.append("Newer releases passed over:")
         for rel, why in rec.skipped:
-            lines.append(f"  torch {rel}: {why}")
+            lines.extend(wrap_units(why, width, f"  torch {rel}: ", "    "))
     lines.append("")
-    lines.append(f"Installed: {rec.installed}")
+    lines.extend(wrap_units(f"Installed: {rec.installed}", width, "", "  "))
     for w in rec.warnings:
-        lines.append(f"note: {w}")
+        lines.extend(wrap_units(w, width, "note: "))
     return "\n".join(lines) + "\n"
 
 

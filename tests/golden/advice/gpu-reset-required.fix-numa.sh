@@ -1,7 +1,8 @@
 # gpudoctor NUMA binding plan · strategy node · gpu-node-01 · 2 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-15,32-47, 256 GiB
 #   node 1: CPUs 16-31,48-63, 256 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-63 (64 of 64; Cpus_allowed_list ∩ cgroup cpuset)
 #
 # cuda:0 = GPU 0 · 0000:18:00.0 · NVIDIA H100 80GB HBM3 · GPU-00000000-0000-0000-0000-000000000000

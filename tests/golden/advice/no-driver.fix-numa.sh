@@ -1,6 +1,7 @@
 # gpudoctor NUMA binding plan · strategy node · workstation-01 · 1 GPU(s) · 1 NUMA node(s) with CPUs
 #   node 0: CPUs 0-7, 64 GiB
-# GPUs from sysfs; CUDA_VISIBLE_DEVICES is not set: the job sees all 1 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from sysfs; CUDA_VISIBLE_DEVICES is not set: the job sees all 1 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-7 (8 of 8; Cpus_allowed_list ∩ cgroup cpuset)
 # note: NVML unavailable (driver_not_loaded): GPUs taken from the PCI bus and numbered in bus order,
 #     as NVML and CUDA (with CUDA_DEVICE_ORDER=PCI_BUS_ID) number them; in a container sysfs may

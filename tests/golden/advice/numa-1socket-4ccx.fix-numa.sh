@@ -1,6 +1,7 @@
 # gpudoctor NUMA binding plan · strategy node · ws-4l40s · 4 GPU(s) · 1 NUMA node(s) with CPUs
 #   node 0: CPUs 0-63, 256 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 4 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 4 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-63 (64 of 64; Cpus_allowed_list ∩ cgroup cpuset)
 # note: one NUMA node: memory is local whatever the binding, and --strategy node only keeps ranks on
 #     the allowed CPUs; --strategy exclusive or core-complex gives each rank cores of its own

@@ -1,7 +1,9 @@
-# gpudoctor NUMA binding plan · strategy node · trainer-7f9c4-0 · 2 GPU(s) · 2 NUMA node(s) with CPUs
+# gpudoctor NUMA binding plan · strategy node · trainer-7f9c4-0 · 2 GPU(s) · 2 NUMA node(s) with
+#     CPUs
 #   node 0: CPUs 0-15, 128 GiB
 #   node 1: CPUs 16-31, 128 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 2-9 (8 of 32; Cpus_allowed_list ∩ cgroup cpuset)
 # note: NVIDIA GPU(s) 0000:17:00.0, 0000:ca:00.0 are on the PCI bus but not listed by NVML (not
 #     given to this container, or not initialised): not planned

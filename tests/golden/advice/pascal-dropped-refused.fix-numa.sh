@@ -1,7 +1,8 @@
 # gpudoctor NUMA binding plan · strategy node · gpu-node-01 · 1 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-15,32-47, 256 GiB
 #   node 1: CPUs 16-31,48-63, 256 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 1 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 1 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-63 (64 of 64; Cpus_allowed_list ∩ cgroup cpuset)
 # note: NVIDIA GPU(s) 0000:9a:00.0 are on the PCI bus but not listed by NVML (not given to this
 #     container, or not initialised): not planned

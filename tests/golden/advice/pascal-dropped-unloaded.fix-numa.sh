@@ -1,7 +1,8 @@
 # gpudoctor NUMA binding plan · strategy node · gpu-node-01 · 2 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-15,32-47, 256 GiB
 #   node 1: CPUs 16-31,48-63, 256 GiB
-# GPUs from sysfs; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from sysfs; CUDA_VISIBLE_DEVICES is not set: the job sees all 2 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-63 (64 of 64; Cpus_allowed_list ∩ cgroup cpuset)
 # note: NVML unavailable (driver_not_loaded): GPUs taken from the PCI bus and numbered in bus order,
 #     as NVML and CUDA (with CUDA_DEVICE_ORDER=PCI_BUS_ID) number them; in a container sysfs may

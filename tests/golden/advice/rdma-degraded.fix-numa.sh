@@ -1,7 +1,8 @@
 # gpudoctor NUMA binding plan · strategy node · hgx-rdma-02 · 8 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-55,112-167, 128 GiB
 #   node 1: CPUs 56-111,168-223, 128 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 8 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 8 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-223 (224 of 224; Cpus_allowed_list ∩ cgroup cpuset)
 #
 # cuda:0 = GPU 0 · 0000:18:00.0 · NVIDIA H100 80GB HBM3 · GPU-d9000000-4e5f-6a7b-8c9d-0e1f2a3b4c00

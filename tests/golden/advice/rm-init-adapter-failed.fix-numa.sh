@@ -1,7 +1,8 @@
 # gpudoctor NUMA binding plan · strategy node · dgx-03 · 7 GPU(s) · 2 NUMA node(s) with CPUs
 #   node 0: CPUs 0-55,112-167, 128 GiB
 #   node 1: CPUs 56-111,168-223, 128 GiB
-# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 7 GPU(s), cuda:N = GPU N (PCI bus order)
+# GPUs from NVML; CUDA_VISIBLE_DEVICES is not set: the job sees all 7 GPU(s), cuda:N = GPU N (PCI
+#     bus order)
 # CPUs this process may use: 0-223 (224 of 224; Cpus_allowed_list ∩ cgroup cpuset)
 # note: NVIDIA GPU(s) 0000:bb:00.0 are on the PCI bus but not listed by NVML (not given to this
 #     container, or not initialised): not planned

@@ -31,7 +31,7 @@ from ..options import (
     rule_dir_options,
     strategy_option,
 )
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import help_text
 
 FIX_EXIT_HELP = """\b
@@ -150,7 +150,8 @@ def command(
             facts, visible = _printable_facts(facts), None if visible is None else _printable(visible)
         try:
             plan = plan_numa(facts, strategy=strategy or "node", membind=membind, visible=visible)
-            text = render_numa_plan(plan, facts, fmt or "shell")
+            width = output_width(sys.stdout, bool(output and output != "-"))
+            text = render_numa_plan(plan, facts, fmt or "shell", width)
         except ValueError as exc:
             raise UserError(f"--numa: {exc}") from None
         write_output(text, output)
@@ -213,7 +214,8 @@ def _torch(
     elif fmt == "shell":
         text = torch_build.render_shell(rec)
     else:
-        text = torch_build.render_text(rec, "the live machine" if origin == "live" else origin)
+        width = output_width(sys.stdout, bool(output and output != "-"))
+        text = torch_build.render_text(rec, "the live machine" if origin == "live" else origin, width)
     write_output(text, output)
     return rec.exit_code
 
@@ -242,8 +244,9 @@ def _fix_list(
     elif fmt == "shell":
         text = fix_list.render_shell(fixes, head)
     else:
-        style = style_for(sys.stdout, color, to_file=bool(output and output != "-"))
-        text = fix_list.render_text(fixes, head, style)
+        to_file = bool(output and output != "-")
+        style = style_for(sys.stdout, color, to_file=to_file)
+        text = fix_list.render_text(fixes, head, style, output_width(sys.stdout, to_file))
         write_output(text, output, colour=coloured(style))
         return
     write_output(text, output)

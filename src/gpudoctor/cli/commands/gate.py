@@ -23,7 +23,7 @@ from ..options import (
     rules_option,
     sample_option,
 )
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import help_text
 
 GATE_HELP = """\b
@@ -265,7 +265,8 @@ def command(
         from ...render.gate_text import render as render_text
 
         style = style_for(sys.stdout, color)
-        write_output(render_text(report, style=style, verbose=verbose), None, colour=coloured(style))
+        text = render_text(report, style=style, verbose=verbose, width=output_width(sys.stdout, False))
+        write_output(text, None, colour=coloured(style))
     else:
         if not report.go:
             from ...escaping import terminal_safe

@@ -45,7 +45,9 @@ def obtain_facts(facts_file: str | None, probe: ProbeOptions) -> tuple[dict[str,
     if facts_file:
         refuse_probe_options_with_facts(probe)
         return load_facts_file(facts_file), facts_file
-    return start_collect(probe).finish(), probe.origin
+    from .progress import finish_collection
+
+    return finish_collection(start_collect(probe), probe.python, probe.torch_import), probe.origin
 
 
 def refuse_probe_options_with_facts(probe: ProbeOptions) -> None:

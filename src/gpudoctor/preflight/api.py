@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..findings import Cause, Severity
 from .checks import check_selectors
@@ -30,8 +30,12 @@ def run(
     deep_devices: Sequence[int] | None = None,
     previous_file: str | None = None,
     sample_s: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> GateReport:
     """Gate this machine (or a snapshot) under the policy's deadline. Raises GateError when it cannot run.
+
+    ``on_step(name)`` is told each step as it starts: the probes' (gpudoctor.probes.Collection.finish),
+    then "deep" while the device test is awaited.
 
     ``previous_file`` (a snapshot of the same boot) or ``sample_s`` (two reads of this machine, that
     many seconds apart) add the error counters' rates (the counter_rates section) for the rules."""
@@ -107,7 +111,7 @@ def run(
             origin = facts_file
         else:
             assert collection is not None
-            facts, collection = collection.finish(), None
+            facts, collection = collection.finish(on_step=on_step), None
             origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
     except BaseException:
         if collection is not None:
@@ -129,6 +133,8 @@ def run(
                 "NVML did not answer, so the driver is not responding", Cause("nvml", "timeout")
             )
         else:
+            if on_step is not None:
+                on_step("deep")
             deep_result = deep_run.result()
     from ..engine.runner import judging_deadline
 

@@ -96,15 +96,20 @@ class Collection:
             self.sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
             self.meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """The snapshot. ``on_step(name)`` is called as each step starts (a probe's name, "nvml",
+        then "counter_rates" with --sample), so that the CLI can say what a slow run waits on."""
+        step = on_step or (lambda _name: None)
         # NVML is collected last: its child has been running since the start, so every other
         # probe (torch's interpreter too, when one is started) overlaps its latency, and its own
         # deadline, fixed when it was forked, holds whatever they took.
         for name, collect in _collectors().items():
             if name == "rdma":
                 self.rdma_read_at = time.monotonic()
+            step(name)
             self._run(name, collect, bounded=name in FILE_ONLY)
         if self._nvml is not None:
+            step("nvml")
             self._finish_nvml()
         if not isinstance(self.sections.get("nvml"), dict):
             # nvml is always an object so rules can read nvml.status.
@@ -122,6 +127,7 @@ class Collection:
         if self.ctx.sample_s > 0:
             from .sampling import sample_rates
 
+            step("counter_rates")
             sections["counter_rates"] = sample_rates(self.ctx, sections, self.nvml_samples, self.rdma_read_at)
         return make_snapshot(sections, meta)
 

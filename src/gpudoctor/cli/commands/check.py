@@ -101,7 +101,10 @@ def command(
         facts = load_facts_file(str(facts_file))
         origin = str(facts_file)
     else:
-        facts = collection.finish()
+        from ..progress import finish_collection
+
+        # -q asks for the problems only: no status line either
+        facts = finish_collection(collection, probe.python, probe.torch_import, sample_s, enabled=not quiet)
         origin = probe.origin
     facts = with_previous(facts, previous)
     rules = select(ruleset.rules, only, skip)

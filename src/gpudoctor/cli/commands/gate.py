@@ -234,9 +234,13 @@ def command(
         sys.exit(outcome.exit_code)
 
     from ...preflight.api import run as run_gate
+    from ..progress import Progress, steps
 
     try:
-        report = run_gate(policy, **run_options)
+        with Progress() as progress:
+            report = run_gate(
+                policy, on_step=steps(progress, probe.python, probe.torch_import, sample_s), **run_options
+            )
     except GateError as exc:
         raise UserError(str(exc)) from None
 

@@ -20,8 +20,9 @@ def command(
     probe: ProbeOptions,
 ) -> None:
     from ...facts import dumps
+    from ..progress import finish_collection
 
-    facts = start_collect(probe).finish()
+    facts = finish_collection(start_collect(probe), probe.python, probe.torch_import)
     if scrub:
         from ...facts import scrub as scrub_facts
 

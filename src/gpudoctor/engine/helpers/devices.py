@@ -94,7 +94,7 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     Runtime, also ranges such as 0-3); an id past the last NPU, an empty entry or a duplicate
     names a device that does not exist.
 
-    Example: ascend_visible_devices_problem("0,9", gpus) → "index 9 does not exist: this host has 0 Ascend GPU(s) (0-0)"
+    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend GPU(s) (0-0)"
     Example: ascend_visible_devices_problem("", gpus) → "it is empty, which hides every NPU"
     """
     text = value.strip()

@@ -175,7 +175,8 @@ def test_markdown_for_bug_reports(capsys):
 
 def test_markdown_escapes_pipes_in_cells():
     report = report_of("pcie-degraded")
-    report.findings[0].message = "a | b"
+    # the first finding the report shows (rules/ascend.yaml's come first and do not apply here)
+    next(f for f in report.findings if f.status.value != "skip").message = "a | b"
     text = markdown.render(report)
     assert "a \\| b" in text
 

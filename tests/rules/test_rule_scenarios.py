@@ -29,6 +29,10 @@ HGX_GPUS = (
 # (rule id, subject) pairs that FAIL; the subject is a GPU's or a port's bus id, or "host".
 EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     "healthy-2gpu": set(),
+    # 8 x Ascend 910B, driver, CANN and torch_npu in place: nothing fails; with torch upgraded under
+    # torch_npu, the one mismatch (no NVIDIA rule fires on a host without NVIDIA GPUs).
+    "ascend-910b-healthy": set(),
+    "ascend-torch-npu-mismatch": {("ascend-torch-npu-torch-mismatch", HOST)},
     # A real capture from a healthy 2 x H200 (NVLink) VM host, UUIDs and serials scrubbed: nothing may fail.
     "h200-x2-real": set(),
     # GPU 1 trained at x8 of x16, still Gen5 in P0: only the width rule.

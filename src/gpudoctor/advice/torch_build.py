@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
+from .torch_ascend import ascend_note, ascend_npus, npu_torch
 from .torch_inputs import Inputs, Overrides, TorchAdviceError, gather_inputs, known
 from .torch_variants import (
     Verdict,
@@ -151,6 +152,9 @@ def recommend(
         )
     if target == "nvidia" and inputs.amd_gpus:
         rec.warnings.append(f"{inputs.amd_gpus} AMD GPU(s) are present too; this advice is for the NVIDIA GPUs")
+    npus = ascend_npus(facts)
+    if target == "cpu" and npus:
+        rec.warnings.append(ascend_note(facts, npus))
 
     requested_patch: str | None = None
     if o.torch_version:
@@ -165,6 +169,11 @@ def recommend(
             requested_patch = o.torch_version.strip()
     else:
         candidates = newest_first(releases)
+        npu_release = npu_torch(facts) if target == "cpu" and npus else None
+        if npu_release is not None and release_key(npu_release) in releases:
+            # torch_npu works with the one torch release it was built for: that release, not the newest
+            candidates = [release_key(npu_release)]
+            requested_patch = npu_release
 
     fitting = [k for k in candidates if python_fit(releases[k], inputs.python)]
     if not fitting:
@@ -252,6 +261,8 @@ def recommend(
     newest_note = (
         "the requested release"
         if o.torch_version
+        else "the release the installed torch_npu was built for"
+        if requested_patch
         else (
             "the newest release"
             if chosen_release == candidates[0]
@@ -276,6 +287,8 @@ def recommend(
             rec.warnings.append(f"driver unknown: {chosen.variant} needs an NVIDIA driver ≥ {chosen.need_driver}")
     elif target == "amd":
         rec.why.append(f"{chosen.variant}: {chosen.reason}")
+    elif npus:
+        rec.why.append(f"{npus} Ascend NPU(s): torch's CPU build, which torch_npu extends with the npu device")
     else:
         rec.why.append("no GPU found: the CPU build")
     if chosen.lead:

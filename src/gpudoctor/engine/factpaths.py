@@ -15,7 +15,8 @@ from ..schemas import load_schema
 # Sections `gpudoctor gate` adds to the facts before its rules (rules/gate/) judge them; never probed.
 GATE_SECTIONS = ("policy", "device_test", "allreduce")
 SECTIONS = (
-    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "toolkit", "torch", "nvml", "kernel_log",
+    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "toolkit", "torch", "nvml",
+    "kernel_log",
     "bench", "counter_rates", *GATE_SECTIONS,
 )
 

@@ -47,7 +47,7 @@ from .tools import run_bounded
 
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "HIP_", "ROCR_", "ROCM_", "HSA_", "PYTORCH_", "TORCH_", "NVIDIA_",
-    "UCX_", "OMP_", "KMP_", "NSIGHT_",
+    "UCX_", "OMP_", "KMP_", "NSIGHT_", "ASCEND_",
 )
 ENV_NAMES = frozenset({
     "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",

@@ -7,7 +7,7 @@ Default (cheap) path, no torch import anywhere:
   ``<python> -c <find_spec script>`` in a child under ``ctx.budget(3)``
 - ``torch/version.py`` read as text and parsed with :mod:`ast` (``__version__``, ``cuda``,
   ``hip``, ``xpu``, ``git_version``; literal assignments only, never executed)
-- ``torchvision/version.py`` / ``torchaudio/version.py``, else their ``*.dist-info/METADATA``,
+- ``torchvision/version.py``, ``torchaudio/version.py``, ``torch_npu/version.py``, else their ``*.dist-info/METADATA``,
   and the ``nvidia_cudnn_cu*`` / ``nvidia_nccl_cu*`` ``.dist-info`` names, all in torch's
   site-packages directory
 - the CUDA fat binary of ``torch/lib/libtorch_cuda.so`` (ELF section ``.nv_fatbin``), its
@@ -57,6 +57,7 @@ FIELDS = (
     "device_count",
     "torchvision_version",
     "torchaudio_version",
+    "torch_npu_version",
 )
 
 NEEDS_IMPORT = Unavailable("not_supported", "needs --torch-import")
@@ -240,7 +241,7 @@ def package_facts(pkg_dir: str, *, scan_binary: bool = True) -> dict[str, Any]:
         listing_problem: Unavailable | None = Unavailable("error", f"{site}: {exc.strerror or exc}")
     else:
         listing_problem = None
-    for name in ("torchvision", "torchaudio"):
+    for name in ("torchvision", "torchaudio", "torch_npu"):
         out[f"{name}_version"] = listing_problem or _companion_version(site, entries, name)
 
     if build == "cuda":

@@ -86,6 +86,39 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     return ""
 
 
+def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
+    """What is wrong with an ASCEND_RT_VISIBLE_DEVICES or ASCEND_VISIBLE_DEVICES value for the
+    Ascend NPUs on this host's PCI bus ("" when nothing).
+
+    Both take comma-separated NPU ids from 0 (ASCEND_VISIBLE_DEVICES, read by the Ascend Docker
+    Runtime, also ranges such as 0-3); an id past the last NPU, an empty entry or a duplicate
+    names a device that does not exist.
+
+    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend GPU(s) (0-0)"
+    Example: ascend_visible_devices_problem("", gpus) → "it is empty, which hides every NPU"
+    """
+    text = value.strip()
+    if text == "":
+        return "it is empty, which hides every NPU"
+    count = sum(1 for g in gpus if field_or_none(g, "vendor") == "huawei")
+    seen: set[str] = set()
+    for position, entry in enumerate(e.strip() for e in text.split(",")):
+        if entry == "":
+            return f"entry {position + 1} is empty"
+        if entry in seen:
+            return f"{cut(entry)} is listed twice"
+        seen.add(entry)
+        first, dash, last = entry.partition("-")
+        ends = [first, last] if dash and first else [entry]
+        for end in ends:
+            if not end.isdecimal():
+                return f"{shown(entry)} is not an NPU id (0, 1, ... or a range 0-3)"
+            problem = _index_problem(end, count, "Ascend", "is negative")
+            if problem:
+                return problem
+    return ""
+
+
 def visible_devices_problem(value: str, gpus: list[Any]) -> str:
     """What is wrong with a CUDA_VISIBLE_DEVICES value for these GPUs ("" when nothing).
 

@@ -5,7 +5,7 @@ the RDMA ports in a state across the rdma section's devices."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ...facts import Unavailable
 from ..views import FactUnavailable
@@ -70,20 +70,15 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     if text == "":
         return "it is empty, which hides every GPU from HIP"
     count = sum(1 for g in gpus if field_or_none(g, "vendor") == "amd")
-    seen: set[str] = set()
-    for position, entry in enumerate(e.strip() for e in text.split(",")):
-        if entry == "":
-            return f"entry {position + 1} is empty"
-        if entry in seen:
-            return f"{cut(entry)} is listed twice"
-        seen.add(entry)
+
+    def problem(entry: str) -> str:
         if entry.lstrip("-").isdecimal():
-            problem = _index_problem(entry, count, "AMD", "is negative")
-            if problem:
-                return problem
-        elif not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
+            return _index_problem(entry, count, "AMD", "is negative")
+        if not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
             return f"{shown(entry)} is neither an index nor a GPU- UUID"
-    return ""
+        return ""
+
+    return _first_entry_problem(text, problem)
 
 
 def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
@@ -101,6 +96,23 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     if text == "":
         return "it is empty, which hides every NPU"
     count = sum(1 for g in gpus if field_or_none(g, "vendor") == "huawei")
+
+    def problem(entry: str) -> str:
+        first, dash, last = entry.partition("-")
+        for end in [first, last] if dash and first else [entry]:
+            if not end.isdecimal():
+                return f"{shown(entry)} is not an NPU id (0, 1, ... or a range 0-3)"
+            found = _index_problem(end, count, "Ascend", "is negative")
+            if found:
+                return found
+        return ""
+
+    return _first_entry_problem(text, problem)
+
+
+def _first_entry_problem(text: str, problem: Callable[[str], str]) -> str:
+    """The first problem of a comma-separated device list: an empty entry, a duplicate, or what
+    `problem` says of an entry ("" when none)."""
     seen: set[str] = set()
     for position, entry in enumerate(e.strip() for e in text.split(",")):
         if entry == "":
@@ -108,14 +120,9 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         if entry in seen:
             return f"{cut(entry)} is listed twice"
         seen.add(entry)
-        first, dash, last = entry.partition("-")
-        ends = [first, last] if dash and first else [entry]
-        for end in ends:
-            if not end.isdecimal():
-                return f"{shown(entry)} is not an NPU id (0, 1, ... or a range 0-3)"
-            problem = _index_problem(end, count, "Ascend", "is negative")
-            if problem:
-                return problem
+        found = problem(entry)
+        if found:
+            return found
     return ""
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from ..escaping import printable
 from ..findings import Cause, Finding, Status
 from ..preflight.verdict import not_visible
-from .layout import wrap, wrap_units
-from .text import STATUS_COLOURS, Style, _pack, badge, header, plain
+from .layout import pack, wrap, wrap_units
+from .text import STATUS_COLOURS, Style, badge, header, plain
 
 WIDTH = 100
 # The message column of a check's row starts here; with fewer columns than MESSAGE_ROOM left for
@@ -118,7 +118,7 @@ def render(report: Any, style: Style = plain, verbose: bool = False, width: int 
     if report.facts_origin != "live":
         lines.extend(wrap(f"facts: {report.facts_origin}", width, "", "  "))
     # a setting ("deadline 30 s") is never cut: the line breaks between settings
-    lines.extend(_pack(policy_bits(report), width, "", "  ", " · "))
+    lines.extend(pack(policy_bits(report), width, "", "  ", " · "))
 
     shown = [
         f

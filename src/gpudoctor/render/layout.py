@@ -36,9 +36,27 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
     return lines or [first.rstrip()]
 
 
-def fits(lines: list[str], width: int) -> bool:
-    """Whether every line is at most `width` columns."""
-    return all(len(line) <= width for line in lines)
+def pack(items: list[str], width: int, first: str = "", rest: str | None = None, sep: str = " ") -> list[str]:
+    """`items` joined by `sep` on lines of `width`, the first line starting with `first`, the
+    others with `rest` (default: spaces as wide as `first`); an item is never split (one longer
+    than a line runs long on a line of its own); empty items are left out. Items are taken as
+    they are: escaping (and colour) is the caller's."""
+    rest = " " * len(first) if rest is None else rest
+    out: list[str] = []
+    line, fresh = first, True
+    for item in (x for x in items if x):
+        if not fresh and len(line) + len(sep) + len(item) > width:
+            out.append(line + sep.rstrip())
+            line, fresh = rest, True
+        line = line + item if fresh else f"{line}{sep}{item}"
+        fresh = False
+    out.append(line)
+    return out
+
+
+def flow(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """Already escaped text (or text with colour codes) wrapped at spaces, never inside a word."""
+    return pack(text.split(" "), width, first, rest, " ")
 
 
 # A command in a rule's fix text starts with one of these words (the rules in rules/*.yaml use no
@@ -134,18 +152,8 @@ def commands(text: str) -> list[str]:
 def wrap_units(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
     """Like `wrap`, but the pieces of `units` are never broken: one that does not fit where the
     line is goes on the next line; one longer than the width runs long on a line of its own."""
-    rest = " " * len(first) if rest is None else rest
-    lines: list[str] = []
-    line = first
-    fresh = True
-    for unit in units(printable_flow(text)):
-        if not fresh and len(line) + 1 + len(unit) > width:
-            lines.append(line)
-            line, fresh = rest, True
-        line = line + unit if fresh else f"{line} {unit}"
-        fresh = False
-    lines.append(line.rstrip() if fresh else line)
-    return lines
+    pieces = units(printable_flow(text))
+    return pack(pieces, width, first, rest) if pieces else [first.rstrip()]
 
 
 def fix_lines(fix: str, width: int, first: str, rest: str) -> list[str]:

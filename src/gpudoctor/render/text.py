@@ -20,7 +20,7 @@ from ..escaping import printable
 from ..facts import Unavailable
 from ..findings import AREAS, Cause, Finding, Report, Severity, Status
 from .envelope import host_of, versions_of
-from .layout import fix_lines, wrap, wrap_units
+from .layout import fix_lines, flow, pack, wrap, wrap_units
 
 Style = Callable[..., str]
 
@@ -124,13 +124,13 @@ def render(
     from .. import __version__
 
     if not quiet:
-        lines.extend(_flow(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts), width))
+        lines.extend(flow(style(f"gpudoctor {__version__}", bold=True) + " · " + header(facts), width))
         if report.facts_origin != "live":
-            lines.extend(_flow(f"facts: {printable(report.facts_origin)}", width))
+            lines.extend(flow(f"facts: {printable(report.facts_origin)}", width))
     late = not_answered(facts)
     if late:
         shown = "; ".join(late[:3]) + (f"; and {len(late) - 3} more" if len(late) > 3 else "")
-        lines.extend(style(x, fg="yellow") for x in _flow(f"did not answer in time: {shown}", width))
+        lines.extend(style(x, fg="yellow") for x in flow(f"did not answer in time: {shown}", width))
     folded = {} if verbose else _shared_causes(report.findings)
     folded_ids = {id(f) for group in folded.values() for f in group}
     area_rank = {area: i for i, area in enumerate(AREAS)}
@@ -140,11 +140,7 @@ def render(
         if f.status in (Status.FAIL, Status.UNKNOWN, Status.ERROR) and id(f) not in folded_ids
     ]
     problems.sort(key=lambda f: (PROBLEM_ORDER.get(badge(f), 9), area_rank.get(f.area, 99)))
-    merged = (
-        [(g[0], g[0].subject.label, list(g[0].evidence)) for g in [[f] for f in problems]]
-        if verbose
-        else [_merged(g) for g in _identical(problems)]
-    )
+    merged = [_merged(g) for g in ([[f] for f in problems] if verbose else _identical(problems))]
     failed = [m for m in merged if m[0].status is Status.FAIL]
     unjudged = [m for m in merged if m[0].status is not Status.FAIL]
     if failed:
@@ -170,40 +166,20 @@ PROBLEM_ORDER = {"FAIL": 0, "warn": 1, "info": 2, "ERROR": 3, "unknown": 4, "pas
 INDENT = " " * 10
 
 
-def _flow(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
-    """Already escaped text (or text with colour codes) wrapped at spaces, never inside a word."""
-    return _pack(text.split(" "), width, first, rest, " ")
-
-
-def _pack(items: list[str], width: int, first: str = "", rest: str | None = None, sep: str = " ") -> list[str]:
-    """`items` joined by `sep` on lines of `width`; an item is never split (a long one runs long)."""
-    rest = " " * len(first) if rest is None else rest
-    out: list[str] = []
-    line, fresh = first, True
-    for item in (x for x in items if x):
-        if not fresh and len(line) + len(sep) + len(item) > width:
-            out.append(line + sep.rstrip())
-            line, fresh = rest, True
-        line = line + item if fresh else f"{line}{sep}{item}"
-        fresh = False
-    out.append(line)
-    return out
-
-
 def _finding_lines(f: Finding, label: str, evidence: list[tuple[str, Any]], style: Style, width: int) -> list[str]:
     b = badge(f)
     said = f"{printable(f.rule_id)} · {printable(label)}"
-    first, *more = _flow(said, width - len(INDENT))
+    first, *more = flow(said, width - len(INDENT))
     lines = [f"  {style(f'{b:<7}', **STATUS_COLOURS.get(b, {}))} {first}", *(INDENT + x for x in more)]
     lines.extend(wrap_units(f.message, width, INDENT))
     if f.detail:
         lines.extend(wrap_units(f.detail, width, f"{INDENT}why:  "))
     if evidence:
         read = [f"{printable(p)} = {_value(v)}" for p, v in evidence]
-        for line in _pack(read, width, f"{INDENT}read: ", sep="; "):
+        for line in pack(read, width, f"{INDENT}read: ", sep="; "):
             # a pair kept whole where it fits; one longer than a line wraps at its spaces
             cut = len(INDENT) + len("read: ")
-            lines.extend([line] if len(line) <= width else _flow(line[cut:], width, line[:cut]))
+            lines.extend([line] if len(line) <= width else flow(line[cut:], width, line[:cut]))
     if f.fix:
         lines.extend(fix_lines(f.fix, width, f"{INDENT}fix:  ", INDENT + "      "))
     return lines
@@ -272,7 +248,7 @@ def _passed_lines(report: Report, style: Style, verbose: bool, width: int) -> li
             continue
         checks = len({f.rule_id for f in found})
         said = [*f"{title}:".split(" "), f"{checks} check{'s' if checks != 1 else ''}", "passed", "on"]
-        first, *more = _pack(said + _subjects(found), width - len(INDENT))
+        first, *more = pack(said + _subjects(found), width - len(INDENT))
         lines.append(f"  {mark} {first}")
         lines.extend(INDENT + x for x in more)
     return lines
@@ -376,37 +352,37 @@ def summary_lines(report: Report, style: Style = plain, width: int = WIDTH) -> l
         f"{c['error']} rule errors",
         f"{c['skip']} not applicable",
     ]
-    out = _flow("Summary: " + ", ".join(parts), width)
+    out = flow("Summary: " + ", ".join(parts), width)
     blocking = report.blocking()
     if blocking:
         verdict = (
             f"Verdict: FAIL — {len(blocking)} check(s) failed at severity {report.fail_on.value} or above "
             f"(exit status {report.exit_code}):"
         )
-        out.extend(style(x, fg="red", bold=True) for x in _flow(verdict, width))
+        out.extend(style(x, fg="red", bold=True) for x in flow(verdict, width))
         same: dict[tuple[str, str, str], list[Finding]] = {}
         for f in blocking:
             same.setdefault((f.rule_id, f.title, f.subject.kind), []).append(f)
         for (rule_id, title, _), group in same.items():
             on = subjects_label([f.subject for f in group])
-            out.extend(_flow(f"{printable(rule_id)} on {printable(on)}: {printable(title)}", width, "  - ", "    "))
+            out.extend(flow(f"{printable(rule_id)} on {printable(on)}: {printable(title)}", width, "  - ", "    "))
     elif report.nothing_judged():
         what = f"{c['unknown']} unknown" + (f", {c['error']} rule errors" if c["error"] else "")
         verdict = (
             f"Verdict: NOT JUDGED — no check could be judged ({what}); this is not a pass "
             f"(exit status {report.exit_code})"
         )
-        out.extend(style(x, fg="magenta", bold=True) for x in _flow(verdict, width))
+        out.extend(style(x, fg="magenta", bold=True) for x in flow(verdict, width))
     else:
         verdict = "Verdict: " + ", ".join(["OK", *_verdict_notes(fails, c)])
         verdict += f" — nothing failed at severity {report.fail_on.value} or above"
-        out.extend(style(x, fg="green", bold=True) for x in _flow(verdict, width))
+        out.extend(style(x, fg="green", bold=True) for x in flow(verdict, width))
     told = next((f for f in report.findings if f.status is Status.FAIL), None) or next(
         (f for f in report.findings if f.status in (Status.UNKNOWN, Status.ERROR)), None
     )
     if told is not None:
         out.extend(
-            _flow(f"More on a check: gpudoctor rules show {printable(told.rule_id)}; every check: docs/rules.md", width)
+            flow(f"More on a check: gpudoctor rules show {printable(told.rule_id)}; every check: docs/rules.md", width)
         )
     return out
 

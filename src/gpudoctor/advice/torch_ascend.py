@@ -4,13 +4,11 @@ version table of Ascend Extension for PyTorch, github.com/Ascend/pytorch, pairs 
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
-
-from packaging.version import Version
 
 from ..escaping import printable
 from ..model.gpus import pci_gpus
+from .torch_inputs import public_version
 
 
 def ascend_npus(facts: Mapping[str, Any]) -> int:
@@ -18,18 +16,17 @@ def ascend_npus(facts: Mapping[str, Any]) -> int:
     return sum(1 for dev in pci_gpus(facts).values() if dev.get("vendor") == "huawei")
 
 
-def public_version(text: str) -> Version | None:
-    """The leading X.Y.Z of a torch_npu version ("2.5.1.post3" -> 2.5.1); None when it is not one."""
-    m = re.fullmatch(r"([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4})(?:[+a-z.][0-9A-Za-z.+]{0,40})?", text.strip())
-    return Version(m.group(1)) if m else None
+def _built_for(torch_npu: Any) -> str | None:
+    """The torch release (X.Y.Z) a torch_npu version names ("2.5.1.post3" -> "2.5.1"); None when
+    it names no three-number release."""
+    built_for = public_version(torch_npu)
+    return str(built_for) if built_for is not None and len(built_for.release) == 3 else None
 
 
 def npu_torch(facts: Mapping[str, Any]) -> str | None:
     """The torch release (X.Y.Z) the installed torch_npu was built for, if one is installed."""
     torch = facts.get("torch")
-    value = torch.get("torch_npu_version") if isinstance(torch, Mapping) else None
-    built_for = public_version(value) if isinstance(value, str) else None
-    return str(built_for) if built_for is not None and len(built_for.release) == 3 else None
+    return _built_for(torch.get("torch_npu_version") if isinstance(torch, Mapping) else None)
 
 
 def ascend_note(facts: Mapping[str, Any], npus: int) -> str:
@@ -41,7 +38,7 @@ def ascend_note(facts: Mapping[str, Any], npus: int) -> str:
     cann = ascend.get("cann_version") if isinstance(ascend, Mapping) else None
     for_cann = f" for CANN {printable(cann)}" if isinstance(cann, str) else " for the CANN installed"
     if isinstance(torch_npu, str):
-        built_for = public_version(torch_npu)
+        built_for = _built_for(torch_npu)
         have = f"torch_npu {printable(torch_npu)} is installed, built for torch {built_for or 'unknown'}: "
         pin = f"keep torch=={built_for} with it, or " if built_for else ""
     else:

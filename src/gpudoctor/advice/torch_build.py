@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from packaging.version import Version
 
 from .torch_ascend import ascend_note, ascend_npus, npu_torch
-from .torch_inputs import Inputs, Overrides, TorchAdviceError, gather_inputs, known
+from .torch_inputs import Inputs, Overrides, TorchAdviceError, gather_inputs, known, public_version
 from .torch_variants import (
     Verdict,
     cuda_of,
@@ -384,7 +384,7 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
         return
     version = known(t.get("version")) or "?"
     build = known(t.get("build"))
-    base = _version_of(version)
+    base = public_version(version)
     beyond = base is not None and rec.data.newest is not None and base > Version(rec.data.newest)
     # The install command as prose in the verdict: its words (pins and the index URL from the data
     # tables and checked options) need no quoting, so joined they read as the script writes them.
@@ -448,7 +448,7 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
     elif target == "cpu":
         rec.installed = f"torch {version}{where} works here (no GPU to use)"
     else:
-        rec_v = _version_of(rec.torch_version)
+        rec_v = public_version(rec.torch_version)
         newer = ""
         if rec_v is not None and base is not None and rec_v > base:
             newer = f"; torch {rec.torch_version} ({rec.variant}) is newer"
@@ -458,14 +458,6 @@ def _compare_installed(rec: Recommendation, cuda_rows: Mapping[str, Any]) -> Non
             f"the installed build works here: torch {version}{where} runs on this driver "
             f"and has kernels for these GPUs{newer}"
         )
-
-
-def _version_of(text: Any) -> Version | None:
-    """The public part of a torch version ("2.15.0+cu130" -> 2.15.0); None when it is not one."""
-    if not isinstance(text, str):
-        return None
-    m = re.fullmatch(r"([0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?)(?:[+a-z.][0-9A-Za-z.+]{0,40})?", text.strip())
-    return Version(m.group(1)) if m else None
 
 
 def _self_checks(rec: Recommendation, t: Mapping[str, Any], cuda_rows: Mapping[str, Any]) -> tuple[str, bool | None]:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from packaging.version import Version
+
 from ..facts import Unavailable
 from ..inputs import shown_excerpt
 
@@ -324,3 +326,12 @@ def _check_driver(text: str) -> str:
     if not _CLI_DRIVER_RE.fullmatch(value):
         raise TorchAdviceError(f"--driver-version {text!r}: expected an NVIDIA driver version such as 570.124.06")
     return value
+
+
+def public_version(text: Any) -> Version | None:
+    """The public part of a torch or torch_npu version ("2.15.0+cu130" -> 2.15.0, "2.5.1.post3"
+    -> 2.5.1, "2.4" -> 2.4); None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    m = re.fullmatch(r"([0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?)(?:[+a-z.][0-9A-Za-z.+]{0,40})?", text.strip())
+    return Version(m.group(1)) if m else None

@@ -218,7 +218,7 @@ def merge(paths: Sequence[str]) -> Fleet:
             then, now = _moment(old.generated_at), _moment(result.generated_at)
             timed = then is not None and now is not None
             why = "an older report" if timed else "an earlier report on the command line (no time to compare)"
-            if timed and then > now:  # type: ignore[operator]
+            if then is not None and now is not None and then > now:
                 replaced.append((result.node, result.source, why))
                 continue
             replaced.append((old.node, old.source, why))

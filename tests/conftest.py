@@ -23,8 +23,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.helpers import generated
 
     os.environ.setdefault("GPUDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpudoctor-test-cache-"))
-    # Output is compared as plain text: a FORCE_COLOR of the caller's shell must not colour it.
-    for name in ("FORCE_COLOR", "NO_COLOR"):
+    # Output is compared as plain text at the width of a pipe (100 columns): a FORCE_COLOR or a
+    # COLUMNS of the caller's shell (pytest-xdist's workers set COLUMNS=80) must not change it.
+    for name in ("FORCE_COLOR", "NO_COLOR", "COLUMNS", "LINES"):
         os.environ.pop(name, None)
     # The fixture hosts and rate snapshots are generated, not kept in git: write them if missing or stale.
     generated.ensure()

@@ -95,6 +95,7 @@ def _rule_section(rule: Rule, cases: dict[str, list[str]]) -> list[str]:
     if rule.applies:
         out += [f"- Applies when: `{rule.applies.source}`"]
     out += [f"- Fails when: `{rule.fail_if.source}`", f"- Reads: {', '.join(f'`{p}`' for p in rule.facts_used)}"]
+    out += [f"- Recommended action when it fails: `{rule.action}`"]
     if rule.superseded_by:
         named = ", ".join(f"[`{other}`](#{other})" for other in rule.superseded_by)
         out += [f"- Stands aside (not reported again) where {named} fails on the same subject or the host"]
@@ -119,13 +120,21 @@ def render_rules(ruleset: RuleSet) -> str:
         "the examples under each rule are its cases in `tests/rules/cases.yaml`, on the fixture hosts",
         "in `tests/fixtures/hosts`, with the message the rule gives there.",
         "",
+        "Each rule's action is what its failed findings recommend doing with the node (JSON reports:",
+        "`recommended_action`; `gpudoctor gate --prometheus`: the `action` label of `gpudoctor_gpu_health`),",
+        "least drastic first: `none` (advice; the node is fit as it is), `restart-job` (the job, not the",
+        "node: a fresh start clears it), `fix-software` (install, upgrade or configure software, firmware",
+        "settings or the environment; a reboot may follow), `reset-gpu` (a GPU reset clears it),",
+        "`reboot-node` (a reboot clears it), `drain-and-inspect-hardware` (take the node out of service for",
+        "a hardware check).",
+        "",
     ]
     for area, heading in AREAS.items():
         rules = [r for r in ruleset.rules if r.area == area]
         if not rules:
             continue
-        out += [f"## {heading}", "", "| id | severity | subject | title |", "|---|---|---|---|"]
-        out += [f"| [{r.id}](#{r.id}) | {r.severity.value} | {r.subject} | {r.title} |" for r in rules]
+        out += [f"## {heading}", "", "| id | severity | action | subject | title |", "|---|---|---|---|---|"]
+        out += [f"| [{r.id}](#{r.id}) | {r.severity.value} | {r.action} | {r.subject} | {r.title} |" for r in rules]
         out.append("")
         for r in rules:
             out += _rule_section(r, cases.get(r.id, {}))

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 MAX_TEXT_CHARS = 4096
 MAX_LABEL_CHARS = 256
@@ -79,6 +79,19 @@ class Severity(str, Enum):
     @property
     def rank(self) -> int:
         return {"info": 0, "warning": 1, "error": 2}[self.value]
+
+
+# What a failed finding recommends a scheduler or operator do with the node (a rule's action:,
+# rules.schema.json; NONE_ACTION where a rule pack's rule says nothing), least drastic first: where one
+# action must speak for a GPU or a node, the last one needed covers the others (a reboot resets every
+# GPU; hardware to inspect outweighs all).
+ACTIONS = ("none", "restart-job", "fix-software", "reset-gpu", "reboot-node", "drain-and-inspect-hardware")
+NONE_ACTION = "none"
+
+
+def action_rank(action: str) -> int:
+    """Where ``action`` stands in ACTIONS (an unknown one counts as none)."""
+    return ACTIONS.index(action) if action in ACTIONS else 0
 
 
 # Areas in report order, with the heading a person sees.
@@ -212,11 +225,14 @@ class Finding:
     # For unknown findings: the source whose facts were missing and why (Cause("nvml",
     # "driver_not_loaded")), so a report can say once that many checks could not run for it.
     cause: Cause | None = None
+    # The rule's action (ACTIONS): in JSON as recommended_action, on failed findings only (a check
+    # that passed or could not be judged recommends nothing of its own).
+    action: str = NONE_ACTION
 
     def to_json(self) -> dict[str, Any]:
         from .facts import to_jsonable
 
-        return {
+        out = {
             "rule": self.rule_id,
             "title": self.title,
             "area": self.area,
@@ -231,6 +247,23 @@ class Finding:
             "docs": self.docs,
             "refs": list(self.refs),
         }
+        if self.status is Status.FAIL:
+            out["recommended_action"] = self.action
+        return out
+
+
+def first_to_act_on(findings: Iterable[Finding]) -> Finding | None:
+    """Of ``findings`` (say, the blocking ones about one GPU), the one to name when only one can
+    be: the failed finding with the most drastic action, as its action covers the others' (the
+    first such, in the order given); a finding that could not be judged comes after every failed
+    one, as it recommends nothing. None for no findings."""
+    best: Finding | None = None
+    best_rank = -1
+    for f in findings:
+        rank = action_rank(f.action) + 1 if f.status is Status.FAIL else 0
+        if rank > best_rank:
+            best, best_rank = f, rank
+    return best
 
 
 def _value_cost(value: Any, limit: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from ..findings import ACTIONS, NONE_ACTION
 from .rule_cache import load, store
 
 
@@ -66,7 +67,7 @@ def _member(value: Any, allowed: frozenset[str]) -> bool:
 # test_rule_cache.py checks that these agree with the schema and refuse what it refuses).
 _RULE_REQUIRED = frozenset({"id", "title", "area", "severity", "fail_if", "message", "fix", "why", "refs"})
 _RULE_TEXTS = frozenset({"applies", "fail_if", "message", "pass_message", "unknown_message", "fix", "why", "docs"})
-_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let", "superseded_by"}
+_RULE_FIELDS = _RULE_REQUIRED | _RULE_TEXTS | {"subject", "tags", "let", "superseded_by", "action"}
 _SUPERSEDED_MAX = 16
 _LET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _LET_NAME_MAX = 40
@@ -76,6 +77,7 @@ _RULE_ID_MAX = 64
 _TITLE_MIN, _TITLE_MAX = 3, 120
 _AREAS = frozenset({"driver", "torch", "kernel", "rocm", "numa", "pcie", "thermal", "health", "env", "gate", "rdma"})
 _SEVERITIES = frozenset({"error", "warning", "info"})
+_ACTIONS = frozenset(ACTIONS)
 _SUBJECTS = frozenset({"host", "gpu", "numa_node", "nic", "pci_port", "rdma_port"})
 _TAG = re.compile(r"[a-z0-9-]+")
 # What table.schema.json allows a table to hold (the loader adds "path"), checked by _plain_table.
@@ -105,6 +107,7 @@ def _plain_rule(raw: Any) -> bool:
         and _member(raw["area"], _AREAS)
         and _member(raw["severity"], _SEVERITIES)
         and _member(raw.get("subject", "host"), _SUBJECTS)
+        and _member(raw.get("action", NONE_ACTION), _ACTIONS)
         and _is_str_list(tags)
         and len(set(tags)) == len(tags)
         and all(_TAG.fullmatch(tag) for tag in tags)

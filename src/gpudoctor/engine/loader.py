@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..findings import Severity
+from ..findings import NONE_ACTION, Severity
 from ..schemas import validate
 from ..tables import builtin_rules_dir, load_tables
 from . import collector, factpaths
@@ -74,6 +74,8 @@ class Rule:
     docs: str = ""
     # rules whose failure on the same subject says this rule's more precisely (runner._supersede)
     superseded_by: tuple[str, ...] = ()
+    # what failed findings recommend (findings.ACTIONS); a rule pack's rule may leave it out
+    action: str = NONE_ACTION
     source: str = ""
     line: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -256,6 +258,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
         tags=tuple(raw.get("tags", ())),
         docs=raw.get("docs", ""),
         superseded_by=tuple(raw.get("superseded_by", ())),
+        action=raw.get("action", NONE_ACTION),
         let=tuple(lets.items()),
         source=path,
         line=line,

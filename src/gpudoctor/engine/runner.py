@@ -137,6 +137,7 @@ def _engine_finding(
         refs=tuple(cut_text(ref, MAX_REF_CHARS) for ref in rule.refs[:MAX_REFS]),
         detail=detail,
         cause=cause,
+        action=rule.action,
     )
 
 

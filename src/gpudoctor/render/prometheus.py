@@ -13,6 +13,12 @@ Metrics (all gauges):
 - ``gpudoctor_check_blocking{...}``      1 when it made the gate no-go
 - ``gpudoctor_gpu_healthy{gpu,UUID,pci_bus_id,device,modelName}``   0 when a blocking finding is
   about the GPU
+- ``gpudoctor_gpu_health{<the same GPU labels>,check,action}``   1 healthy, 0 when a blocking
+  finding is about the GPU; then ``check`` names it and ``action`` says what it recommends
+  (restart-job, fix-software, reset-gpu, reboot-node, drain-and-inspect-hardware, none; "" for a
+  check that could not be judged). Of several, the one whose action covers the others'
+  (findings.first_to_act_on); a healthy GPU has ``check=""`` and ``action=""``. For a scheduler
+  that acts per GPU: ``gpudoctor_gpu_health == 0`` drains it, ``action`` says how to recover it
 - ``gpudoctor_gpu_failed_checks{<the same GPU labels>}``   failed checks on the GPU
 - ``gpudoctor_gpu_memory_total_bytes{...}``, ``gpudoctor_gpu_memory_used_bytes{...}``
 - ``gpudoctor_info{version,policy,on_cannot_check}``  always 1
@@ -32,7 +38,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..escaping import printable_lines
-from ..findings import Status
+from ..findings import Status, first_to_act_on
 from ..model.bus_ids import parse_bus_id
 
 # The file is written as rendered (the output writer's escaping pass would break the format), so
@@ -154,6 +160,11 @@ def render(report: Any) -> str:
             1 if report.is_blocking(f) else 0,
             labels,
         )
+    # the blocking findings about each GPU, keyed as gpu_rows matches a GPU's findings (its bus id)
+    blocking_on: dict[Any, list[Any]] = {}
+    for f in report.blocking:
+        if f.subject.kind == "gpu":
+            blocking_on.setdefault(f.subject.bus_id, []).append(f)
     for g in report.gpus():
         ident = _gpu_labels(g)
         m.add(
@@ -161,6 +172,18 @@ def render(report: Any) -> str:
             "0 when a blocking finding is about this GPU, else 1.",
             0 if g["blocking"] else 1,
             ident,
+        )
+        worst = first_to_act_on(blocking_on.get(g["bus_id"], [])) if g["blocking"] else None
+        m.add(
+            "gpudoctor_gpu_health",
+            "1 when the GPU is healthy, 0 when a blocking finding is about it: check names it, action is "
+            "what it recommends (reset-gpu, reboot-node, drain-and-inspect-hardware, ...).",
+            1 if worst is None else 0,
+            [
+                *ident,
+                ("check", "" if worst is None else worst.rule_id),
+                ("action", "" if worst is None or worst.status is not Status.FAIL else worst.action),
+            ],
         )
         m.add("gpudoctor_gpu_failed_checks", "Checks that failed on this GPU.", len(g["failed_checks"]), ident)
         if g["memory_total_bytes"] is not None:

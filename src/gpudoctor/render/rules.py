@@ -20,6 +20,7 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
         "title": rule.title,
         "area": rule.area,
         "severity": rule.severity.value,
+        "action": rule.action,
         "subject": rule.subject,
         "tags": list(rule.tags),
         "let": {name: expr.source for name, expr in rule.let},
@@ -90,6 +91,7 @@ def show_text(rule: Rule, width: int = 100) -> str:
         lines.append(f"Applies when:  {printable_lines(rule.applies.source)}")
     lines.append(f"Fails when:    {printable_lines(rule.fail_if.source)}")
     lines.extend(wrap(printable(", ".join(rule.facts_used)) or "-", width, "Reads:         "))
+    lines.append(f"On failure:    recommends {rule.action}")
     if rule.superseded_by:
         named = printable(", ".join(rule.superseded_by))
         lines.extend(wrap(f"where {named} fails on the same subject or the host", width, "Stands aside:  "))

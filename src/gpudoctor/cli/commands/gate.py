@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -53,13 +54,40 @@ Exit status:
   0  go
   1  no-go
   2  the gate could not run (bad arguments or policy, unreadable
-     snapshot, missing root, an output file that cannot be written)"""
+     snapshot, missing root, an output file that cannot be written)
+
+\b
+With --npd (Node Problem Detector's custom plugin protocol): 0 go,
+1 a blocking check failed, 2 unknown: only checks that could not
+be judged block, or the gate could not run; stdout is one line of
+reason, the blocking lines go to stderr (NPD logs it)."""
 
 
 GATE_EXAMPLES = """\b
 gpudoctor gate --expect-gpus 8 --expect-model H100 --min-free-memory 70
 gpudoctor gate --policy gate.yaml --deep --json gate.json --junit gate.xml
 torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
+
+
+def _npd_answers(command: Callable[..., None]) -> Callable[..., None]:
+    """With --npd, the gate that could not run (a bad option or policy, an unreadable snapshot, an
+    output that cannot be written) still answers in NPD's protocol: unknown, with the one-line
+    reason on stdout instead of the error on stderr."""
+
+    @functools.wraps(command)
+    def answering(*args: Any, **kwargs: Any) -> None:
+        if not kwargs.get("npd"):
+            return command(*args, **kwargs)
+        try:
+            return command(*args, **kwargs)
+        except UserError as exc:
+            from ...render.npd import could_not_run
+
+            status, line = could_not_run(exc.message)
+            write_output(line + "\n", None)
+            sys.exit(status)
+
+    return answering
 
 
 @click.command("gate", help=help_text("gate", GATE_EXAMPLES), epilog=GATE_HELP)
@@ -141,11 +169,18 @@ torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
+@click.option(
+    "--npd",
+    is_flag=True,
+    help="Answer as a Kubernetes Node Problem Detector custom plugin: exit 0 go, 1 problem, 2 unknown; "
+    "one line of reason on stdout (scripts/k8s/npd-gpudoctor-monitor.json).",
+)
 @previous_option
 @sample_option
 @color_option
 @root_options
 @click.pass_context
+@_npd_answers
 def command(
     ctx: click.Context,
     policy_file: str | None,
@@ -171,6 +206,7 @@ def command(
     distributed: bool,
     min_busbw: float | None,
     verbose: bool,
+    npd: bool,
     previous_file: str | None,
     sample_s: float | None,
     color: bool | None,
@@ -199,6 +235,10 @@ def command(
     except GateError as exc:
         raise UserError(str(exc)) from None
     check_rate_options(facts_file, previous_file, sample_s, policy.deadline_s)
+    if npd and (distributed or fmt != "text" or verbose):
+        raise UserError(
+            "--npd prints one line for Node Problem Detector: not with --distributed, --format or --verbose"
+        )
     run_options: dict[str, Any] = {
         "facts_file": facts_file,
         "root": probe.root,
@@ -265,6 +305,13 @@ def command(
     for path, make, raw in outputs:
         write_output(make(), path, raw=raw)
 
+    if npd:
+        from ...render.npd import render as render_npd
+
+        _blocking_to_stderr(report, color)
+        status, line = render_npd(report)
+        write_output(line + "\n", None)
+        sys.exit(status)
     if fmt == "text":
         from ...render.gate_text import render as render_text
 
@@ -272,13 +319,7 @@ def command(
         text = render_text(report, style=style, verbose=verbose, width=output_width(sys.stdout, False))
         write_output(text, None, colour=coloured(style))
     else:
-        if not report.go:
-            from ...escaping import terminal_safe
-            from ...render.gate_text import blocking_text
-
-            err_style = style_for(sys.stderr, color)
-            for line in blocking_text(report, err_style):
-                click.echo(terminal_safe(line, coloured(err_style)), err=True)
+        _blocking_to_stderr(report, color)
         if fmt == "json":
             write_output(_json(report), None)
         else:
@@ -286,6 +327,18 @@ def command(
 
             write_output(render_markdown(report), None)
     sys.exit(report.exit_code)
+
+
+def _blocking_to_stderr(report: Any, color: bool | None) -> None:
+    """On no-go, the blocking lines on stderr (where stdout carries something else)."""
+    if report.go:
+        return
+    from ...escaping import terminal_safe
+    from ...render.gate_text import blocking_text
+
+    err_style = style_for(sys.stderr, color)
+    for line in blocking_text(report, err_style):
+        click.echo(terminal_safe(line, coloured(err_style)), err=True)
 
 
 def _json(report: Any) -> str:

@@ -73,7 +73,7 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
 
     def problem(entry: str) -> str:
         if entry.lstrip("-").isdecimal():
-            return _index_problem(entry, count, "AMD", "is negative")
+            return _index_problem(entry, count, "AMD GPU(s)", "is negative")
         if not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
             return f"{shown(entry)} is neither an index nor a GPU- UUID"
         return ""
@@ -89,7 +89,7 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     Runtime, also ranges such as 0-3); an id past the last NPU, an empty entry or a duplicate
     names a device that does not exist.
 
-    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend GPU(s) (0-0)"
+    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend NPU(s) (0-0)"
     Example: ascend_visible_devices_problem("", gpus) → "it is empty, which hides every NPU"
     """
     text = value.strip()
@@ -102,7 +102,7 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         for end in [first, last] if dash and first else [entry]:
             if not end.isdecimal():
                 return f"{shown(entry)} is not an NPU id (0, 1, ... or a range 0-3)"
-            found = _index_problem(end, count, "Ascend", "is negative")
+            found = _index_problem(end, count, "Ascend NPU(s)", "is negative")
             if found:
                 return found
         return ""
@@ -150,7 +150,9 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
             return f"{cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
-            problem = _index_problem(entry, count, "NVIDIA", "is negative: CUDA ignores it and every entry after it")
+            problem = _index_problem(
+                entry, count, "NVIDIA GPU(s)", "is negative: CUDA ignores it and every entry after it"
+            )
             if problem:
                 return problem
         elif entry.startswith(("GPU-", "MIG-")):
@@ -231,16 +233,17 @@ def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: An
     return ""
 
 
-def _index_problem(entry: str, count: int, vendor: str, negative: str) -> str:
+def _index_problem(entry: str, count: int, devices: str, negative: str) -> str:
     """What is wrong with an index entry of a visible-devices list ("" when nothing) on a host with
-    ``count`` GPUs of the vendor; ``negative`` says what a negative index means to the runtime."""
+    ``count`` of the ``devices`` ("NVIDIA GPU(s)", "Ascend NPU(s)"); ``negative`` says what a
+    negative index means to the runtime."""
     if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
         if entry.startswith("-"):
             return f"{cut(entry)} {negative}"
-        return f"index {cut(entry)} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+        return f"index {cut(entry)} does not exist: this host has {count} {devices} (0-{max(count - 1, 0)})"
     idx = int(entry)
     if idx < 0:
         return f"{entry} {negative}"
     if idx >= count:
-        return f"index {idx} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+        return f"index {idx} does not exist: this host has {count} {devices} (0-{max(count - 1, 0)})"
     return ""

@@ -8,7 +8,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from ...facts import Unavailable
-from ..views import FactUnavailable
+from ..views import FactUnavailable, unrecorded
 from .common import MAX_NUMBER_DIGITS, cut, field_or_none, required_field, shown
 from .versions import minor_version
 
@@ -108,6 +108,40 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         return ""
 
     return _first_entry_problem(text, problem)
+
+
+# The vendors whose accelerators `gate --expect-gpus` can count without NVML, in the order a tie
+# between them is broken.
+OTHER_ACCELERATORS = ("amd", "huawei")
+
+
+def counted_vendor(gpus: list[Any]) -> str:
+    """Whose accelerators `gate --expect-gpus` counts: "nvidia" when the node has an NVIDIA GPU
+    (NVML's, or on the PCI bus) or no accelerator at all, so NVIDIA nodes are judged by NVML's
+    list as ever; else "amd" or "huawei", whichever has more accelerators on the PCI bus (a tie:
+    amd). The vendors are scanned, not evidence: the count that follows is.
+
+    Example: counted_vendor(gpus) → "nvidia"
+    """
+    vendors = [unrecorded(g).get("vendor") for g in gpus]
+    if "nvidia" in vendors or not any(v in OTHER_ACCELERATORS for v in vendors):
+        return "nvidia"
+    return max(OTHER_ACCELERATORS, key=lambda v: (vendors.count(v), -OTHER_ACCELERATORS.index(v)))
+
+
+def unbound(gpus: Iterable[Any], driver: str) -> list[Any]:
+    """The bus ids of these GPUs that sit on the PCI bus bound to another driver than ``driver``
+    (to none, to vfio-pci for a virtual machine, ...): the system's own stack cannot use them.
+
+    Example: unbound(gpus, "nvidia") → []
+    Example: unbound(gpus, "amdgpu") → ["0000:18:00.0", "0000:9a:00.0"]
+    """
+    out = []
+    for g in gpus:
+        pci = field_or_none(g, "pci")
+        if pci is not None and field_or_none(g, "on_pci") is True and field_or_none(pci, "driver") != driver:
+            out.append(field_or_none(g, "bus_id"))
+    return out
 
 
 def _first_entry_problem(text: str, problem: Callable[[str], str]) -> str:

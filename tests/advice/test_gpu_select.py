@@ -192,3 +192,29 @@ def test_select_json_when_too_few_qualify_says_why_and_exits_1(capsys):
     assert code == 1 and data["ok"] is False and data["cuda_visible_devices"] is None and data["chosen"] == []
     assert data["qualified"] == 1
     assert data["left_out"] == [{"gpu": "GPU 1 (0000:9a:00.0)", "why": "failed pcie-width-degraded"}]
+
+
+def test_on_an_ascend_host_select_says_it_cannot_choose_npus(capsys):
+    from tests.conftest import HOSTS
+
+    root = str(HOSTS / "ascend-910b-healthy")
+    code, out, err = cli(capsys, "select", "-n", "2", "--root", root)
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "8 Ascend NPU(s) here cannot be chosen: their free memory and load are unknown" in err
+    assert "NPU 0 (0000:42:00.0): an Ascend NPU: free memory unknown" in err
+    assert "no NVIDIA GPU found" not in err
+    code, out, _ = cli(capsys, "select", "--root", root, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and doc["cuda_visible_devices"] is None
+    assert [e["gpu"] for e in doc["left_out"]][:1] == ["NPU 0 (0000:42:00.0)"] and len(doc["left_out"]) == 8
+    assert "ASCEND_RT_VISIBLE_DEVICES" in doc["notes"][0]
+
+
+def test_npus_beside_nvidia_gpus_leave_the_gpus_choosable():
+    data = facts("healthy-2gpu")
+    npu = {"bus_id": "0000:c1:00.0", "kind": "gpu", "vendor": "huawei", "driver": "devdrv_device_driver",
+           "class_code": "0x120000"}
+    data["pci"]["devices"].append(npu)
+    selection = choose(data, 2)
+    assert selection.ok and selection.value() == "0,1"
+    assert selection.excluded == [("NPU 0 (0000:c1:00.0)", "an Ascend NPU: free memory unknown")]

@@ -101,3 +101,17 @@ def test_a_bus_id_no_gpu_has_means_none_of_them_whatever_the_index() -> None:
     a, b = _two()
     assert match_gpu((a, b), bus_id="0000:ee:00.0", index=0, index_known=True) is None
     assert match_gpu((a, b), bus_id="garbage", index=0, index_known=True) is None
+
+
+def test_ascend_npus_are_named_npus_numbered_in_bus_order() -> None:
+    facts = probed("ascend-910b-healthy")
+    npus = [g for g in gpus_of(facts) if g.vendor == "huawei"]
+    assert [g.label for g in npus[:2]] == ["NPU 0 (0000:42:00.0)", "NPU 1 (0000:52:00.0)"]
+    assert [g.label.split(" (")[0] for g in npus] == [f"NPU {i}" for i in range(8)]
+    # the number is a place in bus order, not an NVML index: the index stays unavailable
+    assert all(isinstance(g.index, Unavailable) for g in npus)
+    # a GPU beside the NPUs keeps its GPU label, and the NPUs their numbers
+    amd = {"bus_id": "0000:01:00.0", "kind": "gpu", "vendor": "amd", "driver": "amdgpu", "class_code": "0x030000"}
+    facts["pci"]["devices"].insert(0, amd)
+    labels = [g.label for g in gpus_of(facts)]
+    assert labels[0] == "AMD GPU (0000:01:00.0)" and labels[1] == "NPU 0 (0000:42:00.0)"

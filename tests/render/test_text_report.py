@@ -168,3 +168,10 @@ def test_layout_keeps_spans_and_inline_commands_whole():
         "fix: Do this:",
         "       printf 'a b' | sudo tee /etc/x.conf",
     ]
+
+
+def test_the_header_and_pass_lines_name_ascend_npus_as_npus() -> None:
+    report, facts = _report("ascend-910b-healthy")
+    assert "· 8 NPU(s) on PCI ·" in text.header(facts)
+    out = text.render(report, facts, width=100)
+    assert "8 NPUs" in out and "8 GPUs" not in out and "GPU(s) on PCI" not in out

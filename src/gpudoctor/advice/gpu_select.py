@@ -1,5 +1,6 @@
 """Which K GPUs a job on a shared machine should use (`gpudoctor select`), from the facts alone.
 
+Only NVIDIA GPUs are chosen; Ascend NPUs are listed as left out, with a note saying why.
 A GPU can be chosen when NVML lists it and it is not lost, no check failed on it at or above
 ``fail_on`` (the rules' findings about that GPU), its memory is known and at least
 ``min_free_gib`` of it is free, its compute mode allows another process (prohibited never;
@@ -115,7 +116,17 @@ def plan(
     from ..engine.subjects import gpu_subjects
 
     result = Selection(k=k)
-    gpus = [g for g in gpu_subjects(facts) if g.get("vendor") == "nvidia"]
+    subjects = gpu_subjects(facts)
+    gpus = [g for g in subjects if g.get("vendor") == "nvidia"]
+    npus = [str(g.get("label")) for g in subjects if g.get("vendor") == "huawei"]
+    if npus:
+        # The choice rests on NVML's free memory and load; for an Ascend NPU gpudoctor reads
+        # neither (it does not run npu-smi), so it says so rather than choose blind.
+        result.notes.append(
+            f"{len(npus)} Ascend NPU(s) here cannot be chosen: their free memory and load are unknown "
+            "(gpudoctor does not run npu-smi); pick NPUs with `npu-smi info` and set ASCEND_RT_VISIBLE_DEVICES"
+        )
+        result.excluded.extend((label, "an Ascend NPU: free memory unknown") for label in npus)
     host = facts.get("host")
     env = host.get("env") if isinstance(host, Mapping) else None
     allowed, note = _visible(env if isinstance(env, Mapping) else {}, gpus)

@@ -100,17 +100,29 @@ class MachineGpu:
     uuid: str | None = None
 
 
+def pci_name(pci_id: str | None) -> str | None:
+    """The product name of an AMD GPU or an Ascend NPU by its "vvvv:dddd" PCI id, from
+    rules/data/accelerator_pci_ids.yaml (None: not listed; NVIDIA GPUs are NVML's to name)."""
+    if not pci_id:
+        return None
+    row = _load(str(table_path("accelerator_pci_ids")))["rows"].get(pci_id)
+    name = row.get("name") if isinstance(row, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
 def machine_gpus(facts: Mapping[str, Any], table: Mapping[str, Any] | None = None) -> list[MachineGpu]:
-    """This machine's GPUs (NVML and sysfs joined by bus id), each matched to a spec row where possible."""
+    """This machine's GPUs (NVML and sysfs joined by bus id), each matched to a spec row where
+    possible. A GPU NVML does not name (AMD, an Ascend NPU) is named by its PCI id."""
     rows = (table or load_specs())["rows"]
     out: list[MachineGpu] = []
     for view in gpus_of(facts):
+        pci_id = pci_id_of(view.pci, view.reading("pci_device_id"))
         gpu = MachineGpu(
             label=view.label,
             index=view.index if isinstance(view.index, int) else None,
             bus_id=view.bus_id if isinstance(view.bus_id, str) else None,
-            name=view.name if isinstance(view.name, str) else None,
-            pci_id=pci_id_of(view.pci, view.reading("pci_device_id")),
+            name=view.name if isinstance(view.name, str) else (pci_name(pci_id) if view.vendor != "nvidia" else None),
+            pci_id=pci_id,
             memory_bytes=view.memory_total_bytes if isinstance(view.memory_total_bytes, int) else None,
             uuid=view.uuid if isinstance(view.uuid, str) else None,
         )

@@ -34,7 +34,9 @@ NVML_REASON = {
 class Gpu:
     """One GPU of the machine."""
 
-    label: str  # "GPU 1 (0000:9a:00.0)", "GPU 0000:9a:00.0" (not in NVML), "AMD GPU (0000:c1:00.0)"
+    # "GPU 1 (0000:9a:00.0)", "GPU 0000:9a:00.0" (not in NVML), "AMD GPU (0000:c1:00.0)",
+    # "NPU 0 (0000:42:00.0)" (a Huawei Ascend NPU)
+    label: str
     bus_id: str | Unavailable  # canonical (model/bus_ids.py); unavailable when NVML gave none
     index: int | Unavailable  # NVML's index
     uuid: str | Unavailable
@@ -137,15 +139,26 @@ def gpus_of(facts: Mapping[str, Any]) -> tuple[Gpu, ...]:
         missing = Unavailable(NVML_REASON.get(str(status), "error"), detail)
         in_nvml = missing
     listed = set(bus_of)
+    npus = 0
     for bus_norm, dev in sorted(by_bus.items()):
         if bus_norm in listed:
             continue
         vendor = dev["vendor"] if isinstance(dev.get("vendor"), str) else "other"
         nvidia = vendor == "nvidia"
-        shown = vendor.upper() if vendor == "amd" else vendor
+        if vendor == "huawei":
+            # An Ascend NPU, numbered by its place in PCI bus order among the node's NPUs (sysfs
+            # shows all of them, also in a container given fewer): the ids 0..N-1 the
+            # ASCEND_*VISIBLE_DEVICES check counts. sysfs does not say which /dev/davinci<N> an
+            # NPU is, so the number is the bus order, not read from the driver.
+            label = f"NPU {npus} ({bus_norm})"
+            npus += 1
+        elif nvidia:
+            label = f"GPU {bus_norm}"
+        else:
+            label = f"{vendor.upper() if vendor == 'amd' else vendor} GPU ({bus_norm})"
         out.append(
             _gpu(
-                label=f"GPU {bus_norm}" if nvidia else f"{shown} GPU ({bus_norm})",
+                label=label,
                 bus_id=bus_norm,
                 index=Unavailable(missing.reason, missing.detail)
                 if nvidia

@@ -81,9 +81,12 @@ def header(facts: Mapping[str, Any]) -> str:
     else:
         pci = facts.get("pci")
         devices = pci.get("devices") if isinstance(pci, Mapping) else None
-        count = sum(1 for d in devices if d.get("kind") == "gpu") if isinstance(devices, list) else 0
+        accelerators = [d for d in devices if d.get("kind") == "gpu"] if isinstance(devices, list) else []
+        # Ascend NPUs (vendor huawei) are named NPUs, as in their subjects' labels
+        npus = sum(1 for d in accelerators if d.get("vendor") == "huawei")
+        found = [f"{n} {what}(s)" for n, what in ((len(accelerators) - npus, "GPU"), (npus, "NPU")) if n]
         status = nvml.get("status", "unknown") if isinstance(nvml, Mapping) else "unknown"
-        bits.append(f"{count} GPU(s) on PCI" if count else "no GPU found")
+        bits.append(f"{' and '.join(found)} on PCI" if found else "no GPU found")
         if status != "ok":
             bits.append(f"NVML: {str(status).replace('_', ' ')}")
     if versions["driver"]:
@@ -205,6 +208,7 @@ def _folded_lines(folded: dict[Cause, list[Finding]], style: Style, width: int) 
 KIND_NAMES = {
     "host": ("the host", "the host"),
     "gpu": ("GPU", "GPUs"),
+    "npu": ("NPU", "NPUs"),
     "numa_node": ("NUMA node", "NUMA nodes"),
     "nic": ("NIC", "NICs"),
     "pci_port": ("port", "ports"),
@@ -217,7 +221,9 @@ def _subjects(findings: list[Finding]) -> list[str]:
     kind, in pieces that a line is never broken inside (a count stays with its noun)."""
     kinds: dict[str, set[str]] = {}
     for f in findings:
-        kinds.setdefault(f.subject.kind, set()).add(f.subject.label)
+        # an Ascend NPU is a gpu subject labelled "NPU n (bus id)" (model/gpus.py): counted as an NPU
+        npu = f.subject.kind == "gpu" and f.subject.label.startswith("NPU ")
+        kinds.setdefault("npu" if npu else f.subject.kind, set()).add(f.subject.label)
     parts = []
     order = list(KIND_NAMES)
     for kind, labels in sorted(kinds.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9):

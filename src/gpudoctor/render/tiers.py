@@ -41,6 +41,9 @@ def _link(row: dict[str, Any]) -> str:
 def _mark(r: TierRow) -> str:
     if not r.local:
         return ""
+    if all(g.label.startswith("NPU ") for g in r.local):
+        # Ascend NPUs, labelled "NPU n (bus id)" (model/gpus.py): their numbers
+        return f"◀ this machine: NPU {', '.join(printable(g.label[4:].split(' ', 1)[0]) for g in r.local)}"
     idx = [str(g.index) if g.index is not None else printable(g.bus_id or "?") for g in r.local]
     return f"◀ this machine: GPU {', '.join(idx)}"
 

@@ -94,7 +94,13 @@ def _npd_answers(command: Callable[..., None]) -> Callable[..., None]:
 @click.option(
     "--policy", "policy_file", type=click.Path(dir_okay=False), help="Policy YAML (expectations, fail-on, ...)."
 )
-@click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="NVML must list exactly N GPUs.")
+@click.option(
+    "--expect-gpus",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Exactly N GPUs: NVML's list; on a node without NVIDIA GPUs, the AMD GPUs bound to amdgpu "
+    "or the Ascend NPUs' /dev/davinci<N> files.",
+)
 @click.option("--expect-model", metavar="NAME", help="Every GPU's name must contain NAME (case-insensitive).")
 @min_free_memory_option("GiB that must be free on every GPU.")
 @click.option(

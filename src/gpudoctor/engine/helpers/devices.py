@@ -8,7 +8,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from ...facts import Unavailable
-from ..views import FactUnavailable
+from ..views import FactUnavailable, unrecorded
 from .common import MAX_NUMBER_DIGITS, cut, field_or_none, required_field, shown
 from .versions import minor_version
 
@@ -73,7 +73,7 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
 
     def problem(entry: str) -> str:
         if entry.lstrip("-").isdecimal():
-            return _index_problem(entry, count, "AMD", "is negative")
+            return _index_problem(entry, count, "AMD GPU(s)", "is negative")
         if not re.fullmatch(r"GPU-[0-9a-fA-F]+", entry):
             return f"{shown(entry)} is neither an index nor a GPU- UUID"
         return ""
@@ -89,7 +89,7 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     Runtime, also ranges such as 0-3); an id past the last NPU, an empty entry or a duplicate
     names a device that does not exist.
 
-    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend GPU(s) (0-0)"
+    Example: ascend_visible_devices_problem("0,9", gpus) → "index 0 does not exist: this host has 0 Ascend NPU(s) (0-0)"
     Example: ascend_visible_devices_problem("", gpus) → "it is empty, which hides every NPU"
     """
     text = value.strip()
@@ -102,12 +102,46 @@ def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
         for end in [first, last] if dash and first else [entry]:
             if not end.isdecimal():
                 return f"{shown(entry)} is not an NPU id (0, 1, ... or a range 0-3)"
-            found = _index_problem(end, count, "Ascend", "is negative")
+            found = _index_problem(end, count, "Ascend NPU(s)", "is negative")
             if found:
                 return found
         return ""
 
     return _first_entry_problem(text, problem)
+
+
+# The vendors whose accelerators `gate --expect-gpus` can count without NVML, in the order a tie
+# between them is broken.
+OTHER_ACCELERATORS = ("amd", "huawei")
+
+
+def counted_vendor(gpus: list[Any]) -> str:
+    """Whose accelerators `gate --expect-gpus` counts: "nvidia" when the node has an NVIDIA GPU
+    (NVML's, or on the PCI bus) or no accelerator at all, so NVIDIA nodes are judged by NVML's
+    list as ever; else "amd" or "huawei", whichever has more accelerators on the PCI bus (a tie:
+    amd). The vendors are scanned, not evidence: the count that follows is.
+
+    Example: counted_vendor(gpus) → "nvidia"
+    """
+    vendors = [unrecorded(g).get("vendor") for g in gpus]
+    if "nvidia" in vendors or not any(v in OTHER_ACCELERATORS for v in vendors):
+        return "nvidia"
+    return max(OTHER_ACCELERATORS, key=lambda v: (vendors.count(v), -OTHER_ACCELERATORS.index(v)))
+
+
+def unbound(gpus: Iterable[Any], driver: str) -> list[Any]:
+    """The bus ids of these GPUs that sit on the PCI bus bound to another driver than ``driver``
+    (to none, to vfio-pci for a virtual machine, ...): the system's own stack cannot use them.
+
+    Example: unbound(gpus, "nvidia") → []
+    Example: unbound(gpus, "amdgpu") → ["0000:18:00.0", "0000:9a:00.0"]
+    """
+    out = []
+    for g in gpus:
+        pci = field_or_none(g, "pci")
+        if pci is not None and field_or_none(g, "on_pci") is True and field_or_none(pci, "driver") != driver:
+            out.append(field_or_none(g, "bus_id"))
+    return out
 
 
 def _first_entry_problem(text: str, problem: Callable[[str], str]) -> str:
@@ -150,7 +184,9 @@ def visible_devices_problem(value: str, gpus: list[Any]) -> str:
             return f"{cut(entry)} is listed twice"
         seen.add(entry)
         if entry.lstrip("-").isdecimal():
-            problem = _index_problem(entry, count, "NVIDIA", "is negative: CUDA ignores it and every entry after it")
+            problem = _index_problem(
+                entry, count, "NVIDIA GPU(s)", "is negative: CUDA ignores it and every entry after it"
+            )
             if problem:
                 return problem
         elif entry.startswith(("GPU-", "MIG-")):
@@ -231,16 +267,17 @@ def os_support_problem(row: Any, os_id: Any, os_version: Any, kernel_release: An
     return ""
 
 
-def _index_problem(entry: str, count: int, vendor: str, negative: str) -> str:
+def _index_problem(entry: str, count: int, devices: str, negative: str) -> str:
     """What is wrong with an index entry of a visible-devices list ("" when nothing) on a host with
-    ``count`` GPUs of the vendor; ``negative`` says what a negative index means to the runtime."""
+    ``count`` of the ``devices`` ("NVIDIA GPU(s)", "Ascend NPU(s)"); ``negative`` says what a
+    negative index means to the runtime."""
     if len(entry.lstrip("-")) > MAX_NUMBER_DIGITS:  # too long for int(); no such GPU either way
         if entry.startswith("-"):
             return f"{cut(entry)} {negative}"
-        return f"index {cut(entry)} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+        return f"index {cut(entry)} does not exist: this host has {count} {devices} (0-{max(count - 1, 0)})"
     idx = int(entry)
     if idx < 0:
         return f"{entry} {negative}"
     if idx >= count:
-        return f"index {idx} does not exist: this host has {count} {vendor} GPU(s) (0-{max(count - 1, 0)})"
+        return f"index {idx} does not exist: this host has {count} {devices} (0-{max(count - 1, 0)})"
     return ""

@@ -51,6 +51,8 @@ STATIC: dict[str, Callable[..., Any]] = {
     "cuda_visible_count": devices.cuda_visible_count,
     "amd_visible_devices_problem": devices.amd_visible_devices_problem,
     "ascend_visible_devices_problem": devices.ascend_visible_devices_problem,
+    "counted_vendor": devices.counted_vendor,
+    "unbound": devices.unbound,
     "gpus_per_node": devices.gpus_per_node,
     "rdma_ports": devices.rdma_ports,
     "env_set": values.env_set,

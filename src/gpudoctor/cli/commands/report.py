@@ -41,8 +41,8 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
     import json
     from pathlib import Path
 
-    from ...fleet import ReportError
-    from ...fleet import merge as merge_reports
+    from ...fleet.merge import ReportError
+    from ...fleet.merge import merge as merge_reports
     from ...render.fleet import render_text
 
     paths: list[str] = []

@@ -87,8 +87,8 @@ def _identity(data: dict[str, Any], kind: str) -> tuple[str, list[dict[str, Any]
 
 
 def load_report(path: str) -> NodeResult:
-    from .inputs import MAX_REPORT_BYTES, InputError, load_json_file
-    from .schemas import validate
+    from ..inputs import MAX_REPORT_BYTES, InputError, load_json_file
+    from ..schemas import validate
 
     try:
         data = load_json_file(path, MAX_REPORT_BYTES, "gpudoctor report")

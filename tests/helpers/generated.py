@@ -22,6 +22,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = FIXTURES.parents[1]
 HOSTS = FIXTURES / "hosts"
 RATES = FIXTURES / "snapshots" / "rates"
+FLEET = FIXTURES / "fleet"
 STAMP = HOSTS / ".generated"
 # Host trees captured from real machines: kept in git, never written here.
 CAPTURED = frozenset({"h200-x2-real"})
@@ -29,7 +30,7 @@ CAPTURED = frozenset({"h200-x2-real"})
 # answers), then the snapshot pairs probed from the finished hosts.
 GENERATORS = (
     "make_hosts", "make_numa_hosts", "make_kernel_hosts", "make_ascend_hosts", "make_software", "make_nvml",
-    "make_rate_snapshots",
+    "make_rate_snapshots", "make_fleet_reports",
 )
 
 
@@ -39,6 +40,9 @@ def _inputs() -> list[Path]:
     src = REPO / "src" / "gpudoctor"
     files = sorted(FIXTURES.glob("*.py")) + sorted((FIXTURES.parent / "helpers").glob("*.py"))
     files += sorted(src.glob("*.py")) + sorted((src / "probes").rglob("*.py")) + sorted((src / "model").rglob("*.py"))
+    # the fleet reports are judged and rendered: the engine, the rules and the report's renderer
+    files += sorted((src / "engine").rglob("*.py")) + sorted((REPO / "rules").rglob("*.yaml"))
+    files += [src / "render" / "json_report.py", src / "render" / "envelope.py"]
     return files
 
 
@@ -60,6 +64,7 @@ def _clear() -> None:
             else:
                 entry.unlink()
     shutil.rmtree(RATES, ignore_errors=True)
+    shutil.rmtree(FLEET, ignore_errors=True)
 
 
 def generate() -> None:

@@ -168,3 +168,21 @@ def test_the_gate_policy_names_a_profile(tmp_path, capsys):
     policy.write_text("fail_on: error\nprofile: nowhere.yaml\n")
     code, out, err = cli(capsys, "gate", "--facts", str(FLEET / "node-01.json"), "--policy", str(policy))
     assert code == 2 and "policy.yaml:1: profile:" in err and "nowhere.yaml" in err
+
+
+def test_nic_deviations_are_findings_on_the_nic(tmp_path, capsys):
+    good, bad = tmp_path / "rdma-8nic.json", tmp_path / "rdma-degraded.json"
+    good.write_text(dumps(probed("rdma-8nic")))
+    bad.write_text(dumps(probed("rdma-degraded")))
+    profile = tmp_path / "p.yaml"
+    assert cli(capsys, "profile", "create", str(good), "-o", str(profile))[0] == 0
+    assert '  - name: "mlx5_0"\n    rate_gbps: 400' in profile.read_text()
+    code, report, _ = cli(capsys, "check", "--facts", str(bad), "--profile", str(profile), "--format", "json")
+    failed = [f for f in json.loads(report)["findings"] if f["status"] == "fail" and f["rule"].startswith("profile-")]
+    assert failed, "rdma-degraded differs from rdma-8nic"
+    nic = [f for f in failed if f["rule"].startswith("profile-nic-")]
+    assert nic and all(f["subject"]["kind"] == "nic" for f in nic)
+    # the same node passes its own profile
+    code, report, _ = cli(capsys, "check", "--facts", str(good), "--profile", str(profile), "--format", "json")
+    mine = [f for f in json.loads(report)["findings"] if f["rule"].startswith("profile-")]
+    assert mine and all(f["status"] == "pass" for f in mine)

@@ -232,7 +232,7 @@ def _finding(fact: ProfileFact, subject: Subject, status: Status, message: str, 
     return Finding(
         rule_id=rule_id(fact),
         title=f"{fact.title} as the node profile expects",
-        area=fact.area,
+        area="profile",
         severity=Severity.ERROR,
         status=status,
         subject=bounded_subject(subject),

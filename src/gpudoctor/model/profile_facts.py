@@ -47,30 +47,29 @@ class ProfileFact:
     scope: str
     key: str
     title: str
-    area: str  # the report area its finding is shown in (findings.AREAS)
     blocking: bool
     ranged: bool = False
     text: bool = False  # its value is text ("13.0", a version), never a number
 
 
 FACTS: tuple[ProfileFact, ...] = (
-    ProfileFact("host", "gpu_count", "GPU count", "gate", True),
-    ProfileFact("host", "gpu_model", "GPU model", "gate", True, text=True),
-    ProfileFact("host", "driver", "driver version", "driver", True, text=True),
-    ProfileFact("host", "cuda", "CUDA version of the driver", "driver", True, text=True),
-    ProfileFact("host", "torch", "torch version", "torch", True, text=True),
-    ProfileFact("host", "kernel", "kernel release", "kernel", False, text=True),
-    ProfileFact("host", "nvlink_islands", "NVLink islands", "pcie", True, text=True),
-    ProfileFact("host", "rdma_nics", "RDMA NIC count", "rdma", True),
-    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", "pcie", True),
-    ProfileFact("gpus", "pcie_width", "PCIe link width", "pcie", True),
-    ProfileFact("gpus", "nvlink_links", "active NVLink links", "pcie", True),
-    ProfileFact("gpus", "numa_node", "NUMA node of the GPU", "numa", False),
-    ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", "rdma", False, text=True),
-    ProfileFact("nics", "rate_gbps", "RDMA port rate (Gb/s)", "rdma", True),
-    ProfileFact("nics", "link_layer", "RDMA link layer", "rdma", True, text=True),
-    ProfileFact("nics", "numa_node", "NUMA node of the NIC", "numa", False),
-    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node (GiB)", "numa", False, ranged=True),
+    ProfileFact("host", "gpu_count", "GPU count", True),
+    ProfileFact("host", "gpu_model", "GPU model", True, text=True),
+    ProfileFact("host", "driver", "driver version", True, text=True),
+    ProfileFact("host", "cuda", "CUDA version of the driver", True, text=True),
+    ProfileFact("host", "torch", "torch version", True, text=True),
+    ProfileFact("host", "kernel", "kernel release", False, text=True),
+    ProfileFact("host", "nvlink_islands", "NVLink islands", True, text=True),
+    ProfileFact("host", "rdma_nics", "RDMA NIC count", True),
+    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True),
+    ProfileFact("gpus", "pcie_width", "PCIe link width", True),
+    ProfileFact("gpus", "nvlink_links", "active NVLink links", True),
+    ProfileFact("gpus", "numa_node", "NUMA node of the GPU", False),
+    ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", False, text=True),
+    ProfileFact("nics", "rate_gbps", "RDMA port rate (Gb/s)", True),
+    ProfileFact("nics", "link_layer", "RDMA link layer", True, text=True),
+    ProfileFact("nics", "numa_node", "NUMA node of the NIC", False),
+    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node (GiB)", False, ranged=True),
 )
 BY_NAME = {(f.scope, f.key): f for f in FACTS}
 

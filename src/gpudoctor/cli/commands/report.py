@@ -73,13 +73,13 @@ def merge(reports: tuple[str, ...], drift: bool, fmt: str, output: str | None) -
         from ...fleet.drift import drift as drift_of
         from ...render.fleet import render_drift
 
-        found = drift_of(fleet.nodes)
+        result = drift_of(fleet.nodes)
         if fmt == "json":
-            text = json.dumps(found.to_json(), indent=2, ensure_ascii=False) + "\n"
+            text = json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
         else:
-            text = render_drift(found, output_width(sys.stdout, bool(output and output != "-")))
+            text = render_drift(result, output_width(sys.stdout, bool(output and output != "-")))
         write_output(text, output)
-        sys.exit(found.exit_code)
+        sys.exit(result.exit_code)
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:

@@ -165,6 +165,7 @@ def test_the_gate_policy_names_a_profile(tmp_path, capsys):
     assert [b["rule"] for b in report["blocking"]] == ["profile-driver"]
     code, out, _ = cli(capsys, "gate", "--facts", str(FLEET / "node-01.json"), "--policy", str(policy))
     assert code == 0
+    assert f"node profile {profile}" in " ".join(out.split())
     policy.write_text("fail_on: error\nprofile: nowhere.yaml\n")
     code, out, err = cli(capsys, "gate", "--facts", str(FLEET / "node-01.json"), "--policy", str(policy))
     assert code == 2 and "policy.yaml:1: profile:" in err and "nowhere.yaml" in err

@@ -199,13 +199,13 @@ def _same(expected: Any, actual: Any) -> bool:
     return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
 
 
-def expected_words(spec: Any) -> str:
-    """An expectation for people: "16", "one of 8, 16", "from 250 to 256"."""
+def expected_words(fact: ProfileFact, spec: Any) -> str:
+    """An expectation for people: "x16", "one of x8, x16", "from 250 GiB to 256 GiB"."""
     if isinstance(spec, Mapping) and "one_of" in spec:
-        return "one of " + ", ".join(_shown(v) for v in spec["one_of"])
+        return "one of " + ", ".join(fact.shown(v) for v in spec["one_of"])
     if isinstance(spec, Mapping):
-        return f"from {_shown(spec['min'])} to {_shown(spec['max'])}"
-    return _shown(spec)
+        return f"from {fact.shown(spec['min'])} to {fact.shown(spec['max'])}"
+    return fact.shown(spec)
 
 
 def _subjects(facts: Mapping[str, Any]) -> dict[str, dict[Any, Subject]]:
@@ -290,7 +290,7 @@ def _compare(
             continue
         spec = expected[fact.key]
         path = f"profile.{name}.{fact.key}"
-        want = expected_words(spec)
+        want = expected_words(fact, spec)
         if got is None:
             what = {"gpus": "GPU", "nics": "RDMA NIC", "numa_nodes": "NUMA node"}[scope]
             ident = expected[ENTRY_KEY[scope]]
@@ -305,10 +305,10 @@ def _compare(
         elif matches(spec, value):
             out.append(
                 _finding(
-                    fact, subject, Status.PASS, f"{fact.title} is {_shown(value)}, as the profile expects", evidence
+                    fact, subject, Status.PASS, f"{fact.title} is {fact.shown(value)}, as the profile expects", evidence
                 )
             )
         else:
-            message = f"{fact.title} is {_shown(value)}; the profile ({where}) expects {want}"
+            message = f"{fact.title} is {fact.shown(value)}; the profile ({where}) expects {want}"
             out.append(_finding(fact, subject, Status.FAIL, message, evidence))
     return out

@@ -23,6 +23,7 @@ memory per NUMA node is whole GiB, rounded down. VBIOS and InfoROM versions are 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -50,6 +51,13 @@ class ProfileFact:
     blocking: bool
     ranged: bool = False
     text: bool = False  # its value is text ("13.0", a version), never a number
+    form: str = "{}"  # how a value reads in a sentence: "x{}" for a width (x8), "{} GiB"
+
+    def shown(self, value: Any) -> str:
+        """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""
+        if value is None:
+            return "unknown"
+        return self.form.format(value if isinstance(value, str) else _number(value))
 
 
 FACTS: tuple[ProfileFact, ...] = (
@@ -61,15 +69,15 @@ FACTS: tuple[ProfileFact, ...] = (
     ProfileFact("host", "kernel", "kernel release", False, text=True),
     ProfileFact("host", "nvlink_islands", "NVLink islands", True, text=True),
     ProfileFact("host", "rdma_nics", "RDMA NIC count", True),
-    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True),
-    ProfileFact("gpus", "pcie_width", "PCIe link width", True),
+    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True, form="Gen{}"),
+    ProfileFact("gpus", "pcie_width", "PCIe link width", True, form="x{}"),
     ProfileFact("gpus", "nvlink_links", "active NVLink links", True),
     ProfileFact("gpus", "numa_node", "NUMA node of the GPU", False),
     ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", False, text=True),
-    ProfileFact("nics", "rate_gbps", "RDMA port rate (Gb/s)", True),
+    ProfileFact("nics", "rate_gbps", "RDMA port rate", True, form="{} Gb/s"),
     ProfileFact("nics", "link_layer", "RDMA link layer", True, text=True),
     ProfileFact("nics", "numa_node", "NUMA node of the NIC", False),
-    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node (GiB)", False, ranged=True),
+    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node", False, ranged=True, form="{} GiB"),
 )
 BY_NAME = {(f.scope, f.key): f for f in FACTS}
 
@@ -80,6 +88,10 @@ BY_NAME = {(f.scope, f.key): f for f in FACTS}
 MAX_INT = 1 << 22
 MAX_NUMBER = 1e12
 MAX_TEXT = 1024
+
+
+def _number(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _known(value: Any, *kinds: type) -> Any:

@@ -4,7 +4,6 @@ drift of `report merge --drift` (escaped here). Formatting only."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..escaping import printable
@@ -42,10 +41,6 @@ def render_text(fleet: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _value(value: Any) -> str:
-    return "unknown" if value is None else value if isinstance(value, str) else json.dumps(value)
-
-
 def render_drift(drift: Any, width: int = 100) -> str:
     """`report merge --drift` for people: the facts nodes differ on, each with the majority value
     and the differing nodes and their values; then what agrees and which facts block. Every
@@ -65,10 +60,11 @@ def render_drift(drift: Any, width: int = 100) -> str:
     for f in drifting:
         tag = " (blocking)" if f.fact.blocking else ""
         lines.append("")
-        lines += wrap(f"{f.name}{tag}: {_value(f.majority)} on {f.majority_nodes} of {total} node(s)", width, "  ")
+        said = f"{f.name}{tag}: {f.fact.shown(f.majority)} on {f.majority_nodes} of {total} node(s)"
+        lines += wrap(said, width, "  ")
         name_width = max(len(printable(node)) for node, _ in f.differs)
         for node, value in f.differs:
-            lines += wrap(_value(value), width, f"    {printable(node):<{name_width}}  ")
+            lines += wrap(f.fact.shown(value), width, f"    {printable(node):<{name_width}}  ")
     agree = len(drift.facts) - len(drifting)
     lines += ["", f"{agree} fact(s) agree on every node."]
     blocking = sorted({f.key for f in FACTS if f.blocking}, key=[f.key for f in FACTS].index)

@@ -13,7 +13,7 @@ import json
 from typing import Any, Mapping
 
 from ..escaping import printable
-from ..model.profile_facts import BY_NAME, ENTRY_KEY, SCOPES
+from ..model.profile_facts import BY_NAME, ENTRY_KEY, SCOPES, ProfileFact
 
 HEAD = """\
 # gpudoctor node profile: what a known-good node looks like (gpudoctor profile create).
@@ -29,6 +29,11 @@ def _scalar(value: Any) -> str:
 
 def _comment(text: str, indent: str) -> str:
     return f"{indent}# {printable(text)}\n"
+
+
+def _title(fact: ProfileFact) -> str:
+    """The comment beside a value: what it is, and its unit ("PCIe link width: xN")."""
+    return fact.title if fact.form == "{}" else f"{fact.title}: {fact.form.format('N')}"
 
 
 def _fact(key: str, spec: Any, indent: str, note: str | None, title: str) -> str:
@@ -61,7 +66,7 @@ def render(data: Mapping[str, Any], notes: Mapping[str, str]) -> str:
             host = data.get("host", {})
             lines.append("host:\n" if host else "host: {}\n")
             for key, spec in host.items():
-                lines.append(_fact(key, spec, "  ", notes.get(f"host.{key}"), BY_NAME[("host", key)].title))
+                lines.append(_fact(key, spec, "  ", notes.get(f"host.{key}"), _title(BY_NAME[("host", key)])))
             continue
         entries = data.get(scope, [])
         lines.append(f"{scope}:\n" if entries else f"{scope}: []\n")
@@ -72,5 +77,5 @@ def render(data: Mapping[str, Any], notes: Mapping[str, str]) -> str:
                 if key == name_key:
                     continue
                 note = notes.get(f"{scope}[{entry[name_key]}].{key}")
-                lines.append(_fact(key, spec, "    ", note, BY_NAME[(scope, key)].title))
+                lines.append(_fact(key, spec, "    ", note, _title(BY_NAME[(scope, key)])))
     return "".join(lines)

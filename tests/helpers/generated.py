@@ -1,7 +1,8 @@
 """The generated fixtures: written on first use, not kept in git.
 
-The fixture hosts under tests/fixtures/hosts (all but the captured real trees) and the counter-rate
-snapshot pairs under tests/fixtures/snapshots/rates are made by the generators in tests/fixtures
+The fixture hosts under tests/fixtures/hosts (all but the captured real trees), the counter-rate
+snapshot pairs under tests/fixtures/snapshots/rates and the 16-node fleet of reports under
+tests/fixtures/fleet are made by the generators in tests/fixtures
 (make_*.py). Kept in git they were some 35 000 small files; now a test session writes them before
 it starts, when they are missing or older than their generators: a stamp beside them holds a hash
 of every generator, every test helper and the gpudoctor probes the rate pairs are made with,
@@ -95,4 +96,4 @@ def ensure() -> None:
 
 if __name__ == "__main__":
     generate()
-    print(f"wrote the generated fixtures under {HOSTS} and {RATES}")
+    print(f"wrote the generated fixtures under {HOSTS}, {RATES} and {FLEET}")

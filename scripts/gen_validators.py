@@ -20,7 +20,7 @@ import fastjsonschema
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "src" / "gpudoctor" / "schemas"
-NAMES = ("facts", "rules", "table", "policy", "report", "gate-report")
+NAMES = ("facts", "rules", "table", "policy", "profile", "report", "gate-report")
 
 
 def module_name(schema: str) -> str:

@@ -106,6 +106,8 @@ AREAS: dict[str, str] = {
     "health": "GPU health",
     "env": "Environment",
     "rdma": "RDMA & InfiniBand",
+    # the profile-* checks of `check --profile` and the gate policy's `profile:` (fleet/profile.py)
+    "profile": "Node profile",
     "gate": "Gate checks (gpudoctor gate only)",
 }
 

@@ -426,4 +426,21 @@ __all__: list[str] = [
     "file_kind",
     "os_reason",
     "type_name",
+    "yaml_line",
 ]
+
+
+def yaml_line(data: Any, where: str) -> int | None:
+    """Line of the innermost mapping or list on a dotted schema path ('expect.gpus', 'gpus[1].nic')
+    in YAML read with lines (a policy, a profile)."""
+    line = getattr(data, "line", None)
+    node = data
+    for part in where.replace("[", ".").replace("]", "").split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            break
+        line = getattr(node, "line", line)
+    return line

@@ -157,7 +157,7 @@ def test_pcie_only_machines_get_no_nvlink_note():
 
 
 def test_islands_from_the_peer_relation():
-    from gpudoctor.advice.gpu_select import nvlink_islands
+    from gpudoctor.model.gpus import nvlink_islands
 
     gpus = [
         {"index": 0, "nvlink_peers": [1]},

@@ -281,6 +281,38 @@ def test_mutated_policy_through_gate(
     invoke(capsys, ["gate", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--policy", path])
 
 
+PROFILE = {
+    "profile_version": 1,
+    "made_from": [{"snapshot": "good.json", "hostname": "gpu-host", "collected_at": None}],
+    "host": {"gpu_count": 2, "driver": {"one_of": ["580.159.04", "580.126.09"]}, "cuda": "13.0"},
+    "gpus": [{"index": 0, "pcie_width": 16, "pcie_gen": 5}, {"index": 1, "nvlink_links": 18}],
+    "nics": [{"name": "mlx5_0", "rate_gbps": 400, "link_layer": "InfiniBand"}],
+    "numa_nodes": [{"id": 0, "memory_gib": {"min": 5, "max": 7}}],
+}
+PROFILE_PATHS = paths(PROFILE)
+
+
+@fuzz(30)
+@given(
+    st.lists(st.tuples(st.sampled_from(PROFILE_PATHS), st.sampled_from(range(len(HOSTILE_VALUES) + 1))), max_size=4),
+    st.none() | st.sampled_from(YAML_FRAGMENTS),
+    st.booleans(),
+)
+def test_mutated_profile_through_check_and_gate(
+    capsys: pytest.CaptureFixture[str], edits: list[tuple[tuple[Any, ...], int]], fragment: str | None, gate: bool
+) -> None:
+    text = yaml.safe_dump(mutate(PROFILE, edits), allow_unicode=True)
+    if fragment is not None:
+        text += fragment
+    path = _file("profile.yaml", text)
+    snapshot = str(SNAPSHOTS / "h200-x2.json")
+    if gate:
+        policy = _file("profile-policy.yaml", f"profile: {json.dumps(path)}\n")
+        invoke(capsys, ["gate", "--facts", snapshot, "--policy", policy])
+    else:
+        invoke(capsys, ["check", "--facts", snapshot, "--profile", path, "--format", "json"])
+
+
 # --- reports through report merge ---------------------------------------------------------------
 
 
@@ -300,7 +332,8 @@ def test_mutated_reports_through_merge(capsys: pytest.CaptureFixture[str], gate:
     one = _file("one.json", to_json(mutate(report, edits), number))
     two = _file("two.json", json.dumps(report))
     fmt = data.draw(st.sampled_from(["text", "json"]))
-    invoke(capsys, ["report", "merge", "--format", fmt, one, two])
+    drift = ["--drift"] if data.draw(st.booleans()) else []
+    invoke(capsys, ["report", "merge", *drift, "--format", fmt, one, two])
 
 
 def test_report_merge_refuses_deep_and_long_input(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """The generated fixtures: written on first use, not kept in git.
 
-The fixture hosts under tests/fixtures/hosts (all but the captured real trees) and the counter-rate
-snapshot pairs under tests/fixtures/snapshots/rates are made by the generators in tests/fixtures
+The fixture hosts under tests/fixtures/hosts (all but the captured real trees), the counter-rate
+snapshot pairs under tests/fixtures/snapshots/rates and the 16-node fleet of reports under
+tests/fixtures/fleet are made by the generators in tests/fixtures
 (make_*.py). Kept in git they were some 35 000 small files; now a test session writes them before
 it starts, when they are missing or older than their generators: a stamp beside them holds a hash
 of every generator, every test helper and the gpudoctor probes the rate pairs are made with,
@@ -22,6 +23,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = FIXTURES.parents[1]
 HOSTS = FIXTURES / "hosts"
 RATES = FIXTURES / "snapshots" / "rates"
+FLEET = FIXTURES / "fleet"
 STAMP = HOSTS / ".generated"
 # Host trees captured from real machines: kept in git, never written here.
 CAPTURED = frozenset({"h200-x2-real"})
@@ -29,7 +31,7 @@ CAPTURED = frozenset({"h200-x2-real"})
 # answers), then the snapshot pairs probed from the finished hosts.
 GENERATORS = (
     "make_hosts", "make_numa_hosts", "make_kernel_hosts", "make_ascend_hosts", "make_software", "make_nvml",
-    "make_rate_snapshots",
+    "make_rate_snapshots", "make_fleet_reports",
 )
 
 
@@ -39,6 +41,9 @@ def _inputs() -> list[Path]:
     src = REPO / "src" / "gpudoctor"
     files = sorted(FIXTURES.glob("*.py")) + sorted((FIXTURES.parent / "helpers").glob("*.py"))
     files += sorted(src.glob("*.py")) + sorted((src / "probes").rglob("*.py")) + sorted((src / "model").rglob("*.py"))
+    # the fleet reports are judged and rendered: the engine, the rules and the report's renderer
+    files += sorted((src / "engine").rglob("*.py")) + sorted((REPO / "rules").rglob("*.yaml"))
+    files += [src / "render" / "json_report.py", src / "render" / "envelope.py"]
     return files
 
 
@@ -60,6 +65,7 @@ def _clear() -> None:
             else:
                 entry.unlink()
     shutil.rmtree(RATES, ignore_errors=True)
+    shutil.rmtree(FLEET, ignore_errors=True)
 
 
 def generate() -> None:
@@ -90,4 +96,4 @@ def ensure() -> None:
 
 if __name__ == "__main__":
     generate()
-    print(f"wrote the generated fixtures under {HOSTS} and {RATES}")
+    print(f"wrote the generated fixtures under {HOSTS}, {RATES} and {FLEET}")

@@ -66,6 +66,19 @@ def load_facts_file(path: str) -> dict[str, Any]:
         raise UserError(str(exc)) from None
 
 
+def load_profile_file(path: str | None) -> Any:
+    """The --profile file (None when not given), read and validated before anything is probed; a
+    bad one is a UserError (exit 2) naming the file and line."""
+    if not path:
+        return None
+    from ..fleet.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(path)
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
+
+
 def load_previous_file(previous_file: str | None) -> dict[str, Any] | None:
     """The --previous snapshot (None when not given), read before anything is probed; a file that
     is no snapshot is a UserError (exit 2)."""

@@ -37,6 +37,7 @@ COMMANDS: dict[str, Entry] = {
     "fix": Entry("fix", "Print the fixes: failing checks, the --torch build or --numa binding.", True),
     "gate": Entry("gate", "Pre-training go/no-go gate: exit 0 go, 1 no-go, 2 could not run.", True),
     "probe": Entry("probe", "Read the machine and print the facts snapshot as JSON.", True),
+    "profile": Entry("profile", "Golden-node profiles: expectations from known-good snapshots.", False),
     "report": Entry("report", "Fleet reports: merge many JSON reports into one summary.", False),
     "rules": Entry("rules", "List, explain and validate rules.", False),
     # run asks NVML only when sysfs cannot place a GPU, then execs: an early NVML child would

@@ -331,3 +331,27 @@ def gpu_rows(
             }
         )
     return rows
+
+
+def nvlink_islands(gpus: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """NVML index -> its NVLink island (the island's lowest index), for GPUs with NVLink peers.
+
+    Islands are the connected groups of the peer relation (a link counts when either end lists
+    the other). GPUs whose peers are unknown or empty are in no island."""
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while parent.setdefault(i, i) != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for g in gpus:
+        index, peers = g.get("index"), g.get("nvlink_peers")
+        if not isinstance(index, int) or not isinstance(peers, list):
+            continue
+        for peer in peers:
+            if isinstance(peer, int) and peer != index:
+                a, b = find(index), find(peer)
+                parent[max(a, b)] = min(a, b)
+    return {i: find(i) for i in list(parent)}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Severity
+from ..inputs import yaml_line
 from .errors import PolicyError
 
 FAIL_CLOSED = "fail-closed"
@@ -37,6 +38,9 @@ class Policy:
     min_busbw_gbps: float | None = None
     allreduce_mib: int = 256
     allreduce_iterations: int = 20
+    # the golden-node profile (fleet.profile.Profile) the policy's `profile:` names; its facts are
+    # profile-* checks of severity error
+    profile: Any = None
 
     @property
     def on_cannot_check(self) -> str:
@@ -70,6 +74,8 @@ class Policy:
             },
             "deep": self.deep,
             "min_busbw_gbps": self.min_busbw_gbps,
+            # only when set: the reports of policies without a profile stay as they were
+            **({"profile": self.profile.source} if self.profile is not None else {}),
         }
 
     def facts(self) -> dict[str, Any]:
@@ -106,19 +112,6 @@ def whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else value
 
 
-def _yaml_line(data: Any, where: str) -> int | None:
-    """Line of the innermost mapping on a dotted schema path ('expect.gpus') in YAML read with lines."""
-    line = getattr(data, "line", None)
-    node = data
-    for part in where.replace("[", ".").replace("]", "").split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            line = getattr(node, "line", line)
-        else:
-            break
-    return line
-
-
 def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
     """Validate a policy mapping (from YAML or a dict) and build a Policy."""
     from ..inputs import type_name
@@ -131,7 +124,7 @@ def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
     problem = validate("policy", data)
     if problem:
         where = problem.split(":", 1)[0]
-        line = _yaml_line(data, where)
+        line = yaml_line(data, where)
         raise PolicyError(f"{source}{f':{line}' if line else ''}: {problem}")
     expect = data.get("expect", {})
     deep = data.get("deep", {})
@@ -155,7 +148,25 @@ def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
         min_busbw_gbps=float(dist["min_busbw_gbps"]) if "min_busbw_gbps" in dist else None,
         allreduce_mib=int(dist.get("allreduce_mib", defaults.allreduce_mib)),
         allreduce_iterations=int(dist.get("iterations", defaults.allreduce_iterations)),
+        profile=_profile(data, source),
     )
+
+
+def _profile(data: Any, source: str) -> Any:
+    """The profile the policy names, read now (a bad one refuses the policy, exit 2). A relative
+    path is taken from the policy file's directory, so a policy and its profile move together."""
+    if "profile" not in data:
+        return None
+    from ..fleet.profile import ProfileError, load_profile
+
+    path = Path(data["profile"])
+    if not path.is_absolute() and not source.startswith("<"):
+        path = Path(source).parent / path
+    try:
+        return load_profile(path)
+    except ProfileError as exc:
+        line = yaml_line(data, "profile")
+        raise PolicyError(f"{source}{f':{line}' if line else ''}: profile: {exc}") from None
 
 
 def load_policy(path: str | Path) -> Policy:

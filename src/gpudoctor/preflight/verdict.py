@@ -218,6 +218,10 @@ def judge(
     rules = select(ruleset.rules, (), policy.ignore)
     judged = gate_facts(facts, policy, deep_result)
     findings = [f for f in run_rules(ruleset, judged, rules, deadline=deadline) if asked_for(f)]
+    if policy.profile is not None:
+        from ..fleet.profile import check as check_profile
+
+        findings += check_profile(facts, policy.profile)
 
     hang = hang_rules(ruleset)
     required = set(policy.required)

@@ -10,7 +10,9 @@ Shape (schemas/report.schema.json and gate-report.schema.json, ``$defs/envelope`
     {"host": {"hostname", "os", "kernel"},
      "collected_at": when the facts were read (UTC, RFC 3339, "2026-12-01T12:00:00Z"),
      "gpus": [{"index", "name", "bus_id", "uuid"}, ...]   at most MAX_GPUS,
-     "versions": {"gpudoctor", "driver", "cuda" (the driver's CUDA version), "torch"}}
+     "versions": {"gpudoctor", "driver", "cuda" (the driver's CUDA version), "torch"},
+     "profile": the facts a golden-node profile fixes (model/profile_facts.py), which
+                `report merge --drift` compares across nodes}
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Mapping
 
 from ..facts import Unavailable
 from ..model.gpus import gpus_of
+from ..model.profile_facts import profile_facts, software_versions
 
 # More GPU rows than any machine has (the facts bound NVML's list at 1024 and PCI's at 4096): a
 # report stays bounded whatever the snapshot holds, and `report merge` refuses a longer list.
@@ -78,16 +81,7 @@ def versions_of(facts: Mapping[str, Any]) -> dict[str, str | None]:
     """The envelope's ``versions``: gpudoctor (this one), the driver, the driver's CUDA, torch."""
     from .. import __version__
 
-    torch = facts.get("torch")
-    torch_version = None
-    if isinstance(torch, Mapping) and torch.get("installed") is True:
-        torch_version = _known(torch.get("version"), str)
-    return {
-        "gpudoctor": __version__,
-        "driver": _get(facts, "nvml", "driver_version") or _get(facts, "modules", "nvidia_version"),
-        "cuda": _get(facts, "nvml", "cuda_driver_version"),
-        "torch": torch_version,
-    }
+    return {"gpudoctor": __version__, **software_versions(facts)}
 
 
 def envelope(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,4 +91,5 @@ def envelope(facts: Mapping[str, Any]) -> dict[str, Any]:
         "collected_at": utc_stamp(meta.get("collected_at")) if isinstance(meta, Mapping) else None,
         "gpus": _gpus(facts),
         "versions": versions_of(facts),
+        "profile": profile_facts(facts),
     }

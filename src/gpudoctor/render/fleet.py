@@ -1,9 +1,14 @@
 """The fleet summary of `gpudoctor report merge` for people: no-go nodes, failures per check, per
-GPU model. Formatting only; the caller passes strings from reports through gpudoctor.escaping.printable."""
+GPU model (the caller passes strings from reports through gpudoctor.escaping.printable); and the
+drift of `report merge --drift` (escaped here). Formatting only."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from ..escaping import printable
+from ..model.profile_facts import FACTS
+from .layout import wrap
 
 
 def render_text(fleet: Any) -> str:
@@ -33,4 +38,35 @@ def render_text(fleet: Any) -> str:
         lines += ["", f"  {'GPU model':<32} {'nodes':>5} {'GPUs':>5} {'no-go nodes':>11} {'failed GPUs':>11}"]
         for model, m in models.items():
             lines.append(f"  {model:<32} {m['nodes']:>5} {m['gpus']:>5} {m['no_go_nodes']:>11} {m['failed_gpus']:>11}")
+    return "\n".join(lines) + "\n"
+
+
+def render_drift(drift: Any, width: int = 100) -> str:
+    """`report merge --drift` for people: the facts nodes differ on, each with the majority value
+    and the differing nodes and their values; then what agrees and which facts block. Every
+    string from the reports (node names, values, NIC names) is escaped here (layout.wrap, printable)."""
+    total = len(drift.nodes)
+    drifting = drift.drifting
+    head = f"gpudoctor fleet drift: {total} node(s) · {len(drifting)} fact(s) differ"
+    if drift.blocking:
+        head += f" · blocking: {', '.join(f.name for f in drift.blocking)} (exit status 1)"
+    lines = wrap(head, width, "", "  ")
+    if drift.without:
+        lines += wrap(
+            "no profile facts in the reports of (made by a gpudoctor before them): " + ", ".join(drift.without),
+            width,
+            "  ",
+        )
+    for f in drifting:
+        tag = " (blocking)" if f.fact.blocking else ""
+        lines.append("")
+        said = f"{f.name}{tag}: {f.fact.shown(f.majority)} on {f.majority_nodes} of {total} node(s)"
+        lines += wrap(said, width, "  ")
+        name_width = max(len(printable(node)) for node, _ in f.differs)
+        for node, value in f.differs:
+            lines += wrap(f.fact.shown(value), width, f"    {printable(node):<{name_width}}  ")
+    agree = len(drift.facts) - len(drifting)
+    lines += ["", f"{agree} fact(s) agree on every node."]
+    blocking = sorted({f.key for f in FACTS if f.blocking}, key=[f.key for f in FACTS].index)
+    lines += wrap("Blocking facts (a node that differs makes the exit status 1): " + ", ".join(blocking), width)
     return "\n".join(lines) + "\n"

@@ -59,6 +59,8 @@ def policy_bits(report: Any) -> list[str]:
         expect.append(f"{p.nvlink_links} NVLink link(s) per GPU")
     if expect:
         bits.append("expect " + ", ".join(expect))
+    if p.profile is not None:
+        bits.append(f"node profile {printable(p.profile.source)}")
     if p.required:
         bits.append("required: " + printable(", ".join(p.required)))
     if p.ignore:

@@ -296,7 +296,7 @@ def _table(lay: Layout) -> list[str]:
 
 def nvlink_island_lists(gpus: list[GpuInfo]) -> list[list[int]]:
     """The NVLink islands among these GPUs, each a sorted list of NVML indices."""
-    from ..advice.gpu_select import nvlink_islands
+    from ..model.gpus import nvlink_islands
 
     members: dict[int, list[int]] = {}
     for index, island in nvlink_islands([g.nvml for g in gpus if g.nvml]).items():

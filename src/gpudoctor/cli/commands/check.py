@@ -11,6 +11,7 @@ from ..errors import UserError
 from ..load import (
     load_facts_file,
     load_previous_file,
+    load_profile_file,
     load_ruleset,
     refuse_probe_options_with_facts,
     start_collect,
@@ -51,6 +52,14 @@ from ..registry import EXIT_HELP, help_text
 @fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
 @click.option("-v", "--verbose", is_flag=True, help="List every pass and skipped check, each subject on its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the problems, the summary and the verdict.")
+@click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also check the node against this golden-node profile (gpudoctor profile create): one "
+    "profile-* check per fact it names.",
+)
 @previous_option
 @sample_option
 @color_option
@@ -70,6 +79,7 @@ def command(
     sample_s: float | None,
     color: bool | None,
     probe: ProbeOptions,
+    profile_file: str | None = None,
 ) -> None:
     import time
 
@@ -78,6 +88,7 @@ def command(
     if facts_file:
         refuse_probe_options_with_facts(probe)
     previous = load_previous_file(previous_file)
+    profile = load_profile_file(profile_file)
     # Probing starts first, before the rule engine is even imported, so that NVML's start-up in
     # its child overlaps importing the engine and loading the rules.
     collection = None
@@ -108,8 +119,13 @@ def command(
         origin = probe.origin
     facts = with_previous(facts, previous)
     rules = select(ruleset.rules, only, skip)
+    findings = run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline))
+    if profile is not None:
+        from ...fleet.profile import check as check_profile
+
+        findings += check_profile(facts, profile)
     report = Report(
-        findings=run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline)),
+        findings=findings,
         fail_on=Severity(fail_on),
         facts_origin=origin,
         rules_loaded=len(ruleset.rules),

@@ -9,7 +9,7 @@ import click
 
 from ..errors import UserError
 from ..options import format_option, output_option
-from ..output import write_output
+from ..output import output_width, write_output
 from ..registry import help_text
 
 MERGE_HELP = """\b
@@ -21,9 +21,18 @@ own times (a gate report's time, else when its facts were read) counts;
 where one of the two has no time, the later one on the command line.
 
 \b
+--drift compares the nodes' profile facts instead (the facts a
+golden-node profile fixes, which every report of this version
+carries): for each, the value most nodes have and the nodes that
+differ.
+
+\b
 Exit status:
-  0  every node is go (gate) or passed (check)
-  1  at least one node is no-go
+  0  every node is go (gate) or passed (check); with --drift, no node
+     differs from the majority on a blocking fact
+  1  at least one node is no-go; with --drift, a node differs on a
+     blocking fact (GPU count or model, driver, CUDA, torch, NVLink,
+     PCIe generation or width, RDMA NIC count, rate or link layer)
   2  a file is missing or not a valid gpudoctor report"""
 
 
@@ -34,15 +43,16 @@ def command() -> None:
 
 @command.command("merge", epilog=MERGE_HELP)
 @click.argument("reports", nargs=-1, required=True, type=click.Path())
+@click.option("--drift", is_flag=True, help="Show how the nodes differ on the facts a golden-node profile fixes.")
 @format_option()
 @output_option("the summary")
-def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
+def merge(reports: tuple[str, ...], drift: bool, fmt: str, output: str | None) -> None:
     """Which nodes fail which checks, counts per check and per GPU model."""
     import json
     from pathlib import Path
 
-    from ...fleet import ReportError
-    from ...fleet import merge as merge_reports
+    from ...fleet.merge import ReportError
+    from ...fleet.merge import merge as merge_reports
     from ...render.fleet import render_text
 
     paths: list[str] = []
@@ -59,6 +69,17 @@ def merge(reports: tuple[str, ...], fmt: str, output: str | None) -> None:
         fleet = merge_reports(paths)
     except ReportError as exc:
         raise UserError(str(exc)) from None
+    if drift:
+        from ...fleet.drift import drift as drift_of
+        from ...render.fleet import render_drift
+
+        result = drift_of(fleet.nodes)
+        if fmt == "json":
+            text = json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
+        else:
+            text = render_drift(result, output_width(sys.stdout, bool(output and output != "-")))
+        write_output(text, output)
+        sys.exit(result.exit_code)
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:

@@ -40,6 +40,8 @@ class NodeResult:
     blocking: list[str] = field(default_factory=list)  # printed lines (gate) or failed rule ids (check)
     models: dict[str, int] = field(default_factory=dict)  # GPU model -> count
     failed_gpus: dict[str, set[str]] = field(default_factory=dict)  # model -> GPU bus ids with a failure
+    # the envelope's profile facts (model/profile_facts.py); None in reports of older versions
+    profile: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,8 +89,8 @@ def _identity(data: dict[str, Any], kind: str) -> tuple[str, list[dict[str, Any]
 
 
 def load_report(path: str) -> NodeResult:
-    from .inputs import MAX_REPORT_BYTES, InputError, load_json_file
-    from .schemas import validate
+    from ..inputs import MAX_REPORT_BYTES, InputError, load_json_file
+    from ..schemas import validate
 
     try:
         data = load_json_file(path, MAX_REPORT_BYTES, "gpudoctor report")
@@ -147,7 +149,9 @@ def load_report(path: str) -> NodeResult:
         # may name one GPU by bus id in one finding and by label in another)
         if len(failing) > models.get(model, 0):
             failed_gpus[model] = set(sorted(failing)[: models.get(model, 0)])
-    return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus)
+    env = data.get("envelope")
+    profile = env.get("profile") if isinstance(env, dict) else None
+    return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus, profile)
 
 
 @dataclass

@@ -1,0 +1,116 @@
+"""Drift across a fleet (`report merge --drift`): for each fact a profile fixes, the value most
+nodes have and the nodes that differ.
+
+Reads the profile facts each report's envelope carries (model/profile_facts.py), so a report of
+a gpudoctor version before them has none: its node is named among those without, and counts for
+no fact. A fact is named as people read it: ``driver``, ``GPU 1 pcie_width``,
+``NIC mlx5_0 rate_gbps``, ``NUMA node 0 memory_gib``. A node that lacks the entry (a GPU fewer)
+or whose facts do not say has the value None ("unknown" in the text) and differs like any other.
+
+The majority is the value most nodes have; between equally common values, the one whose first
+node comes first by name, so the result does not depend on the order of the files. Nodes are
+sorted by name, facts in the order of model/profile_facts.FACTS, entries by index or name.
+A node differing on a blocking fact (ProfileFact.blocking) makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..model.profile_facts import ENTRY_KEY, FACTS, ProfileFact
+from .merge import NodeResult
+
+_ENTRY_WORD = {"gpus": "GPU", "nics": "NIC", "numa_nodes": "NUMA node"}
+
+
+@dataclass
+class FactDrift:
+    name: str  # "GPU 1 pcie_width"
+    fact: ProfileFact
+    majority: Any
+    majority_nodes: int
+    differs: list[tuple[str, Any]] = field(default_factory=list)  # (node, its value), by node
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fact": self.name,
+            "scope": self.fact.scope,
+            "key": self.fact.key,
+            "blocking": self.fact.blocking,
+            "majority": self.majority,
+            "majority_nodes": self.majority_nodes,
+            "differs": [{"node": node, "value": value} for node, value in self.differs],
+        }
+
+
+@dataclass
+class Drift:
+    nodes: list[str]  # nodes with profile facts, by name
+    without: list[str]  # nodes whose reports carry none (older gpudoctor)
+    facts: list[FactDrift]
+
+    @property
+    def drifting(self) -> list[FactDrift]:
+        return [f for f in self.facts if f.differs]
+
+    @property
+    def blocking(self) -> list[FactDrift]:
+        return [f for f in self.drifting if f.fact.blocking]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.blocking else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drift_schema_version": 1,
+            "nodes": self.nodes,
+            "nodes_without_profile_facts": self.without,
+            "blocking_facts": [f.key for f in FACTS if f.blocking],
+            "drifting_facts": len(self.drifting),
+            "blocking_drift": [f.name for f in self.blocking],
+            "facts": [f.to_json() for f in self.facts],
+        }
+
+
+def _values(node: NodeResult) -> dict[tuple[str, Any], dict[str, Any]]:
+    """(scope, entry key or None) -> the entry's facts, of one node's profile facts."""
+    assert node.profile is not None
+    out: dict[tuple[str, Any], dict[str, Any]] = {("host", None): dict(node.profile["host"])}
+    for scope, key in ENTRY_KEY.items():
+        for entry in node.profile[scope]:
+            out[(scope, entry[key])] = entry
+    return out
+
+
+def _order(key: Any) -> tuple[int, Any]:
+    return (0, key) if isinstance(key, int) else (1, str(key))
+
+
+def drift(nodes: Sequence[NodeResult]) -> Drift:
+    with_facts = sorted((n for n in nodes if n.profile is not None), key=lambda n: n.node)
+    without = sorted(n.node for n in nodes if n.profile is None)
+    values = {n.node: _values(n) for n in with_facts}
+    entries: dict[str, set[Any]] = {scope: set() for scope in ENTRY_KEY}
+    for per_node in values.values():
+        for scope, key in per_node:
+            if scope != "host":
+                entries[scope].add(key)
+    out: list[FactDrift] = []
+    for fact in FACTS:
+        keys = [None] if fact.scope == "host" else sorted(entries[fact.scope], key=_order)
+        for key in keys:
+            name = fact.key if key is None else f"{_ENTRY_WORD[fact.scope]} {key} {fact.key}"
+            seen = [(n.node, values[n.node].get((fact.scope, key), {}).get(fact.key)) for n in with_facts]
+            if all(v is None for _, v in seen):
+                continue  # no node knows it: nothing to compare
+            counts: dict[str, list[Any]] = {}  # JSON of a value -> [value, nodes with it]
+            for node, value in seen:
+                counts.setdefault(json.dumps(value), [value, []])[1].append(node)
+            # most nodes first; a tie goes to the value whose first node sorts first
+            majority, holders = min(counts.values(), key=lambda c: (-len(c[1]), c[1][0]))
+            differs = [(node, value) for node, value in seen if json.dumps(value) != json.dumps(majority)]
+            out.append(FactDrift(name, fact, majority, len(holders), differs))
+    return Drift([n.node for n in with_facts], without, out)

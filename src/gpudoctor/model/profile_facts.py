@@ -1,0 +1,231 @@
+"""What a golden-node profile fixes about a machine, read from its facts through the typed views.
+
+One function, :func:`profile_facts`, and the list of facts it gives (:data:`FACTS`). It is what
+`gpudoctor profile create` writes as expectations (fleet/profile.py), what `check --profile`
+compares a machine with, what every report's envelope carries (render/envelope.py) and what
+`report merge --drift` compares across nodes (fleet/drift.py): one definition of each value, so
+a node that passes its profile has the same values in its report as the profile holds.
+
+Shape (plain JSON values; None where the facts do not say)::
+
+    {"host":       {"gpu_count", "gpu_model", "driver", "cuda", "torch", "kernel",
+                    "nvlink_islands", "rdma_nics"},
+     "gpus":       [{"index", "pcie_gen", "pcie_width", "nvlink_links", "numa_node", "nic"}, ...],
+     "nics":       [{"name", "rate_gbps", "link_layer", "numa_node"}, ...],
+     "numa_nodes": [{"id", "memory_gib"}, ...]}
+
+Choices that make a value stable on a healthy node (a profile that flaps is worse than none):
+PCIe generation is the link's maximum (the current one drops at idle on NVIDIA GPUs), width is
+the current one (it does not drop at idle; x8 on an x16 card is a fault or a reduced-lane SKU);
+memory per NUMA node is whole GiB, rounded down. VBIOS and InfoROM versions are not in the facts
+(gpudoctor does not read them), so no profile fixes them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..facts import Unavailable
+from .cpus import format_cpulist
+from .gpus import gpus_of, nvlink_islands
+from .nics import nics_from_facts, pair_nics
+from .topology import Topology, gpus_from_facts
+
+SCOPES = ("host", "gpus", "nics", "numa_nodes")
+# The key that names an entry of a list scope (it is not itself a fact).
+ENTRY_KEY = {"gpus": "index", "nics": "name", "numa_nodes": "id"}
+
+
+@dataclass(frozen=True)
+class ProfileFact:
+    """One fact a profile fixes. ``blocking``: a node that differs from the fleet's majority on it
+    makes `report merge --drift` exit 1 (a job across nodes that differ on it can fail or slow
+    down); the others (kernel, memory, placement) are reported, not blocking. ``ranged``: values
+    that differ between a profile's snapshots become a range (min, max), not a set of values."""
+
+    scope: str
+    key: str
+    title: str
+    blocking: bool
+    ranged: bool = False
+    text: bool = False  # its value is text ("13.0", a version), never a number
+    form: str = "{}"  # how a value reads in a sentence: "x{}" for a width (x8), "{} GiB"
+
+    def shown(self, value: Any) -> str:
+        """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""
+        if value is None:
+            return "unknown"
+        return self.form.format(value if isinstance(value, str) else _number(value))
+
+
+FACTS: tuple[ProfileFact, ...] = (
+    ProfileFact("host", "gpu_count", "GPU count", True),
+    ProfileFact("host", "gpu_model", "GPU model", True, text=True),
+    ProfileFact("host", "driver", "driver version", True, text=True),
+    ProfileFact("host", "cuda", "CUDA version of the driver", True, text=True),
+    ProfileFact("host", "torch", "torch version", True, text=True),
+    ProfileFact("host", "kernel", "kernel release", False, text=True),
+    ProfileFact("host", "nvlink_islands", "NVLink islands", True, text=True),
+    ProfileFact("host", "rdma_nics", "RDMA NIC count", True),
+    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True, form="Gen{}"),
+    ProfileFact("gpus", "pcie_width", "PCIe link width", True, form="x{}"),
+    ProfileFact("gpus", "nvlink_links", "active NVLink links", True),
+    ProfileFact("gpus", "numa_node", "NUMA node of the GPU", False),
+    ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", False, text=True),
+    ProfileFact("nics", "rate_gbps", "RDMA port rate", True, form="{} Gb/s"),
+    ProfileFact("nics", "link_layer", "RDMA link layer", True, text=True),
+    ProfileFact("nics", "numa_node", "NUMA node of the NIC", False),
+    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node", False, ranged=True, form="{} GiB"),
+)
+BY_NAME = {(f.scope, f.key): f for f in FACTS}
+
+
+# The bounds of report.schema.json's envelope ``profile``: a snapshot is outside input, and a
+# value past them (a width of 10**30, a model name of a megabyte) is unknown here rather than
+# a report that fails its own schema.
+MAX_INT = 1 << 22
+MAX_NUMBER = 1e12
+MAX_TEXT = 1024
+
+
+def _number(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def _known(value: Any, *kinds: type) -> Any:
+    if isinstance(value, Unavailable) or not isinstance(value, kinds):
+        return None
+    if isinstance(value, bool):
+        return value if bool in kinds else None
+    if isinstance(value, int):
+        return value if -1 <= value <= MAX_INT else None
+    if isinstance(value, float):
+        return value if 0 <= value <= MAX_NUMBER else None
+    if isinstance(value, str):
+        return value if 0 < len(value) <= MAX_TEXT else None
+    return None
+
+
+def _section(facts: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = facts.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(facts: Mapping[str, Any], section: str, key: str) -> str | None:
+    return _known(_section(facts, section).get(key), str)  # type: ignore[no-any-return]
+
+
+def software_versions(facts: Mapping[str, Any]) -> dict[str, str | None]:
+    """The driver (NVML's, else the loaded kernel module's), the driver's CUDA version and the
+    target Python's torch, as the report envelope and the profile both name them."""
+    torch = _section(facts, "torch")
+    version = torch.get("version") if torch.get("installed") is True else None
+    return {
+        "driver": _text(facts, "nvml", "driver_version") or _text(facts, "modules", "nvidia_version"),
+        "cuda": _text(facts, "nvml", "cuda_driver_version"),
+        "torch": _known(version, str),
+    }
+
+
+def _islands(records: list[Mapping[str, Any]]) -> str | None:
+    """The NVLink islands as text: "0-3 / 4-7", "none" with no NVLink peers; None when a GPU's
+    peers are unknown."""
+    if any(not isinstance(r.get("nvlink_peers"), list) for r in records):
+        return None
+    groups: dict[int, list[int]] = {}
+    for index, island in nvlink_islands(records).items():
+        groups.setdefault(island, []).append(index)
+    if not groups:
+        return "none"
+    return " / ".join(format_cpulist(sorted(members)) for _, members in sorted(groups.items()))
+
+
+def _host(facts: Mapping[str, Any], views: tuple[Any, ...], nic_count: int | None) -> dict[str, Any]:
+    nvml_ok = _section(facts, "nvml").get("status") == "ok"
+    # GPUs a job can use: NVML's when it answered; without NVML an NVIDIA GPU's presence is unknown
+    usable = [g for g in views if g.in_nvml is True or g.vendor != "nvidia"]
+    count = len(usable) if nvml_ok or all(g.vendor != "nvidia" for g in views) else None
+    names = [g.name for g in usable]
+    model = " + ".join(sorted(set(names))) if names and all(isinstance(n, str) for n in names) else None
+    if model is not None:
+        model = _known(model, str)
+    records = [g.nvml for g in views if g.nvml is not None]
+    return {
+        "gpu_count": count,
+        "gpu_model": model,
+        **software_versions(facts),
+        "kernel": _text(facts, "host", "kernel_release"),
+        "nvlink_islands": _known(_islands(records), str) if nvml_ok and records else None,
+        "rdma_nics": nic_count,
+    }
+
+
+def _first_int(*values: Any) -> int | None:
+    return next((v for v in values if _known(v, int) is not None), None)
+
+
+def _gpus(views: tuple[Any, ...], nic_of: Mapping[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for g in views:
+        if not isinstance(g.index, int):
+            continue  # a GPU NVML does not number cannot be matched across nodes
+        nvml, pci = g.nvml or {}, g.pci or {}
+        node = _known(g.numa_node, int) if isinstance(g.numa_node, int) and g.numa_node >= 0 else None
+        out.append(
+            {
+                "index": g.index,
+                "pcie_gen": _first_int(nvml.get("pcie_max_gen"), pci.get("max_link_gen")),
+                "pcie_width": _first_int(nvml.get("pcie_width"), pci.get("link_width")),
+                "nvlink_links": _known(nvml.get("nvlink_active"), int),
+                "numa_node": node,
+                "nic": _known(nic_of.get(g.bus_id), str) if isinstance(g.bus_id, str) else None,
+            }
+        )
+    return sorted(out, key=lambda e: e["index"])
+
+
+def _whole(value: Any) -> Any:
+    """400.0 as 400: a rate reads as sysfs and people write it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _nics(nics: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for n in nics:
+        rates = [_known(p.rate_gbps, int, float) for p in n.ports]
+        layers = sorted({p.link_layer for p in n.ports if p.link_layer})
+        name = _known(n.name, str)
+        if name is None:
+            continue
+        out.append(
+            {
+                "name": name,
+                # the slowest port: a dual-port NIC with one port trained down is slower
+                "rate_gbps": _whole(min(rates)) if rates and None not in rates else None,
+                "link_layer": _known(",".join(layers), str) if layers else None,
+                "numa_node": n.node,
+            }
+        )
+    return sorted(out, key=lambda e: e["name"])
+
+
+def profile_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile facts of one machine (see the module docstring for the shape)."""
+    topo = Topology(facts)
+    views = gpus_of(facts)
+    rdma_ok = isinstance(_section(facts, "rdma").get("devices"), list)
+    nics = nics_from_facts(facts, topo)
+    gpus, _, _ = gpus_from_facts(facts, topo)
+    nic_of = {bus: choice.nic.name for bus, choice in pair_nics(gpus, nics).items()}
+    return {
+        "host": _host(facts, views, len(nics) if rdma_ok or nics else None),
+        "gpus": _gpus(views, nic_of),
+        "nics": _nics(nics),
+        "numa_nodes": [
+            {"id": n.id, "memory_gib": n.memory_bytes >> 30 if n.memory_bytes is not None else None}
+            # memory_bytes is below 2**64 (model/topology.py), so the GiB are below 2**34
+            for n in sorted(topo.nodes.values(), key=lambda n: n.id)
+        ],
+    }

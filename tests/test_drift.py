@@ -1,0 +1,75 @@
+"""`gpudoctor report merge --drift`: the fleet's majority value of each profile fact, and who differs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.helpers.golden import GOLDEN, check
+from tests.preflight.helpers import cli
+
+FLEET = Path(__file__).resolve().parent / "fixtures" / "fleet"
+OUT = GOLDEN / "drift"
+
+
+def reports() -> list[str]:
+    return sorted(str(p) for p in FLEET.glob("node-*.json"))
+
+
+def test_the_two_drifting_nodes_are_named(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    code, text, err = cli(capsys, "report", "merge", "--drift", str(FLEET))
+    assert code == 1 and err == ""
+    check(OUT / "fleet-16.txt", text)
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", *reports())
+    assert code == 1
+    check(OUT / "fleet-16.json", out)
+    data = json.loads(out)
+    assert len(data["nodes"]) == 16
+    drifting = {f["fact"]: f for f in data["facts"] if f["differs"]}
+    assert set(drifting) == {"driver", "GPU 1 pcie_width"}
+    assert drifting["driver"]["majority"] == "580.159.04" and drifting["driver"]["majority_nodes"] == 15
+    assert drifting["driver"]["differs"] == [{"node": "node-07", "value": "580.126.09"}]
+    assert drifting["GPU 1 pcie_width"]["differs"] == [{"node": "node-12", "value": 8}]
+    assert data["blocking_drift"] == ["driver", "GPU 1 pcie_width"]
+
+
+def test_no_blocking_drift_exits_0_and_the_order_of_files_does_not_matter(tmp_path, capsys):
+    good = [r for r in reports() if not r.endswith(("node-07.json", "node-12.json"))]
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", *good)
+    assert code == 0 and json.loads(out)["blocking_drift"] == []
+    forward = cli(capsys, "report", "merge", "--drift", "--format", "json", *reports())[1]
+    backward = cli(capsys, "report", "merge", "--drift", "--format", "json", *reversed(reports()))[1]
+    assert forward == backward
+
+
+def test_a_kernel_difference_is_shown_but_does_not_block(tmp_path, capsys):
+    for name in ("node-01.json", "node-02.json", "node-03.json"):
+        shutil.copy(FLEET / name, tmp_path / name)
+    data = json.loads((tmp_path / "node-03.json").read_text())
+    data["envelope"]["profile"]["host"]["kernel"] = "6.8.0-\x1b[31mevil"
+    (tmp_path / "node-03.json").write_text(json.dumps(data))
+    code, text, _ = cli(capsys, "report", "merge", "--drift", str(tmp_path))
+    assert code == 0
+    assert "kernel: 6.18.44-fc-v657-gpu on 2 of 3 node(s)" in text
+    assert "node-03  6.8.0-\\x1b[31mevil" in text and "\x1b" not in text
+
+
+def test_reports_without_profile_facts_are_named_not_counted(tmp_path, capsys):
+    for name in ("node-01.json", "node-02.json"):
+        shutil.copy(FLEET / name, tmp_path / name)
+    old = json.loads((tmp_path / "node-02.json").read_text())
+    del old["envelope"]["profile"]  # a report of a gpudoctor before profile facts
+    (tmp_path / "node-02.json").write_text(json.dumps(old))
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", str(tmp_path))
+    data = json.loads(out)
+    assert code == 0 and data["nodes"] == ["node-01"] and data["nodes_without_profile_facts"] == ["node-02"]
+
+
+def test_a_malformed_profile_in_a_report_is_refused(tmp_path, capsys):
+    bad = json.loads((FLEET / "node-01.json").read_text())
+    bad["envelope"]["profile"]["gpus"][0]["pcie_width"] = "x" * 5000
+    (tmp_path / "node-01.json").write_text(json.dumps(bad))
+    code, out, err = cli(capsys, "report", "merge", "--drift", str(tmp_path))
+    assert code == 2 and out == "" and "not a valid gpudoctor check report" in err

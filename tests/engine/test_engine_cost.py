@@ -90,3 +90,87 @@ def test_a_collector_the_caller_turned_off_stays_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _rule(rule_id: str, fail_if: str, subject: str = "gpu", **more: object) -> dict:
+    return {
+        "id": rule_id, "title": "A shared condition", "area": "env", "severity": "warning", "subject": subject,
+        "fail_if": fail_if, "message": "{gpu.index} is hot" if subject == "gpu" else "hot", "fix": "cool it",
+        "why": "tested", "refs": ["tests"], **more,
+    }
+
+
+def _load(tmp_path: Path, rules: list[dict], monkeypatch) -> dict:
+    import yaml
+
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    monkeypatch.setenv("GPUDOCTOR_NO_CACHE", "1")
+    loaded = load_rules([tmp_path], include_builtin=False, include_plugins=False)
+    return {rule.id: rule for rule in loaded.rules}
+
+
+def test_rules_with_the_same_text_share_one_compiled_expression(tmp_path, monkeypatch):
+    compiled = []
+    real = loader.compile_expression
+
+    def counting(source, roots, lets=None):
+        compiled.append(source)
+        return real(source, roots, lets)
+
+    monkeypatch.setattr(loader, "compile_expression", counting)
+    rules = _load(
+        tmp_path,
+        [
+            _rule("a", "gpu.temperature_c > 80"),
+            _rule("b", "gpu.temperature_c > 80"),
+            # the same text read by another subject kind, or with a let: name in scope: compiled again
+            _rule("c", "gpu.temperature_c > 80", let={"hot": "gpu.temperature_c > 90"}),
+            _rule("d", "gpu.temperature_c > 80", let={"hot": "gpu.temperature_c > 90"}),
+            _rule("e", "host.cpu_count > 80", subject="host"),
+            _rule("f", "host.cpu_count > 80", subject="host"),
+        ],
+        monkeypatch,
+    )
+    assert rules["a"].fail_if is rules["b"].fail_if
+    assert rules["c"].fail_if is rules["d"].fail_if is not rules["a"].fail_if
+    assert rules["a"].message is rules["b"].message
+    assert rules["e"].fail_if is rules["f"].fail_if
+    assert compiled.count("gpu.temperature_c > 80") == 2  # once without the let: name, once with it
+    assert compiled.count("gpu.temperature_c > 90") == 1
+    assert compiled.count("host.cpu_count > 80") == 1
+    facts = _facts(2)
+    facts["nvml"]["gpus"][1]["temperature_c"] = 85
+    findings = run_rules(loader.RuleSet(list(rules.values()), {}, []), facts)
+    # each rule still judges each of its subjects, with that subject's evidence and message
+    judged = {(f.rule_id, f.subject.index): f for f in findings if f.rule_id in ("a", "b", "c", "d")}
+    assert sorted(judged) == [(r, i) for r in "abcd" for i in (0, 1)]
+    for rule_id in "abcd":
+        assert judged[rule_id, 0].status.value == "pass"
+        assert judged[rule_id, 1].status.value == "fail"
+        assert judged[rule_id, 1].message == "1 is hot"
+        assert [v for p, v in judged[rule_id, 1].evidence if p.endswith("temperature_c")] == [85]
+
+
+def test_a_text_refused_in_two_rules_names_the_first_rule_it_is_in(tmp_path, monkeypatch):
+    from gpudoctor.engine.loader import RuleLoadError
+
+    with pytest.raises(RuleLoadError, match="rule b: fail_if: unknown fact gpu.temprature"):
+        _load(tmp_path, [_rule("a", "gpu.temperature_c > 1"), _rule("b", "gpu.temprature > 1")], monkeypatch)
+
+
+def test_a_large_step_leaves_its_objects_frozen_and_a_small_one_does_not(monkeypatch):
+    from gpudoctor.engine import collector
+
+    gc.unfreeze()
+    try:
+        gc.collect()
+        with collector.paused():
+            small = [[i] for i in range(collector.FREEZE_FROM // 10)]
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc.collect()
+        with collector.paused():
+            large = [[i] for i in range(2 * collector.FREEZE_FROM)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > len(large) + len(small)  # never walked by a collection again
+    finally:
+        gc.unfreeze()

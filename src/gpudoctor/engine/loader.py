@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..findings import NONE_ACTION, Severity
 from ..schemas import validate
@@ -215,25 +215,59 @@ def _roots(subject: str) -> Mapping[str, Any]:
     return MappingProxyType(roots)
 
 
-def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
+# Expressions and templates compiled so far in one load, by what decides what compiling gives:
+# (kind, subject, text, the rule's let: names in scope with their texts). See _memoised.
+Memo = dict[tuple[Any, ...], Any]
+
+
+def _memoised(memo: Memo | None, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """``make()``, or what it gave for the same key earlier in this load.
+
+    Rule sets repeat themselves (the same condition in many rules, the same placeholder in many
+    messages): an expression's check and parse depend only on its text, the names its subject
+    kind may read (fixed per subject: _roots) and the let: names in scope (named here with their
+    texts, which decide their compiled forms in turn), so a text seen before with the same
+    subject and let: names is compiled, and checked, exactly as the first time; it is not done
+    again, and the rules share the one compiled expression (immutable; what a run remembers of
+    its sub-expressions depends on the facts only: evaluator.RunCache). Only what compiled is
+    remembered: a refused text is compiled again, so its error names each rule. Each rule's
+    tables are still checked per rule (_check_tables)."""
+    if memo is None or type(key[2]) is not str:
+        return make()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = make()
+    return hit
+
+
+def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None = None) -> Rule:
+    """A rule file's rule, every expression and template checked; ``memo``: what this load has
+    compiled so far (see _memoised), None to compile everything afresh."""
     line = getattr(raw, "line", 0)
     rule_id = raw["id"]
     subject = raw.get("subject", "host")
     roots = _roots(subject)
 
-    lets = _compile_lets(raw, roots, tables, path, line)
+    lets = _compile_lets(raw, roots, tables, path, line, memo)
+    scope = tuple((name, let.source) for name, let in lets.items())
 
     def expr(key: str) -> Expression:
+        source = raw[key]
         try:
-            compiled = compile_expression(raw[key], roots, lets)
+            compiled: Expression = _memoised(
+                memo, ("e", subject, source, scope), lambda: compile_expression(source, roots, lets)
+            )
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         _check_tables(compiled, tables, path, line, rule_id, key)
         return compiled
 
     def template(key: str) -> Template:
+        source = raw[key]
         try:
-            compiled = compile_template(raw[key], roots, lets)
+            compiled: Template = _memoised(
+                memo, ("t", subject, source, scope), lambda: compile_template(source, roots, lets)
+            )
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         for _, part, _spec in compiled.parts:
@@ -267,7 +301,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any]) -> Rule:
 
 
 def _compile_lets(
-    raw: Any, roots: Mapping[str, Any], tables: dict[str, Any], path: str, line: int
+    raw: Any, roots: Mapping[str, Any], tables: dict[str, Any], path: str, line: int, memo: Memo | None = None
 ) -> dict[str, Expression]:
     """A rule's let: names, compiled in order: each may read the facts, the helpers and the names
     above it; none may take the name of a fact root, a subject variable or a helper."""
@@ -282,8 +316,13 @@ def _compile_lets(
             raise RuleLoadError(path, line, f"{where}: {name} is a helper function; choose another name")
         if keyword.iskeyword(name):
             raise RuleLoadError(path, line, f"{where}: {name} is a Python keyword; choose another name")
+        scope = tuple((known, let.source) for known, let in lets.items())
         try:
-            compiled = compile_expression(source, roots, lets)
+            compiled: Expression = _memoised(
+                memo,
+                ("e", raw.get("subject", "host"), source, scope),
+                functools.partial(compile_expression, source, roots, lets),
+            )
         except ExpressionError as exc:
             # A name not defined yet is unknown to compile_expression: say which order is wrong.
             read = _names_in(source)
@@ -339,14 +378,14 @@ def _check_tables(expr: Expression, tables: dict[str, Any], path: str, line: int
                 )
 
 
-def load_rule_file(path: Path, tables: dict[str, Any]) -> list[Rule]:
+def load_rule_file(path: Path, tables: dict[str, Any], memo: Memo | None = None) -> list[Rule]:
     data = read_yaml(path)
     if data is None:
         return []
     problem = validate("rules", data)
     if problem:
         raise RuleLoadError(str(path), _item_line(data, problem), problem)
-    return [compile_rule(raw, str(path), tables) for raw in data]
+    return [compile_rule(raw, str(path), tables, memo) for raw in data]
 
 
 GATE_RULES = "gate"  # the folder of built-in rules that only the gate loads (its checks, ids gate-...)
@@ -413,9 +452,10 @@ def _compiled(entry: Any) -> RuleSet | None:
         return None
     rules: list[Rule] = []
     seen: set[str] = set()
+    memo: Memo = {}
     try:
         for raw, source, _line in entry.rules:
-            rule = compile_rule(raw, source, entry.tables)
+            rule = compile_rule(raw, source, entry.tables, memo)
             if rule.id in seen:
                 return None
             seen.add(rule.id)
@@ -435,10 +475,11 @@ def _load_uncached(dirs: list[Path]) -> RuleSet:
     rules: list[Rule] = []
     seen: dict[str, Rule] = {}
     sources: list[str] = []
+    memo: Memo = {}
     for directory in dirs:
         for path in _rule_files(directory):
             sources.append(str(path))
-            for rule in load_rule_file(path, tables):
+            for rule in load_rule_file(path, tables, memo):
                 if rule.id in seen:
                     first = seen[rule.id]
                     raise RuleLoadError(

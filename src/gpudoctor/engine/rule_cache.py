@@ -10,7 +10,8 @@ schemas allow when it is read back; the loader then compiles every expression an
 again through compile_rule (the same checks as for a rule file: syntax and node types, fact
 paths, no dunders, helper calls only, limits, tables), so an entry can hold nothing that a rule
 file could not; anything odd is a miss. Nothing compiled is stored: what makes an expression
-safe to evaluate is always decided again from its text.
+safe to evaluate is always decided again from its text (once per distinct text, subject kind and
+let: names in a load: loader._memoised).
 
 The key is a hash of the bytes of every rule and table file (and their paths), the gpudoctor
 version, this cache's FORMAT and the Python version, so any edit invalidates it, even one that

@@ -37,6 +37,8 @@ class Policy:
     min_busbw_gbps: float | None = None
     allreduce_mib: int = 256
     allreduce_iterations: int = 20
+    # gate --distributed's localisation: a figure under this fraction of the best of its kind is slow
+    localize_fraction: float = 0.8
 
     @property
     def on_cannot_check(self) -> str:
@@ -155,6 +157,7 @@ def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
         min_busbw_gbps=float(dist["min_busbw_gbps"]) if "min_busbw_gbps" in dist else None,
         allreduce_mib=int(dist.get("allreduce_mib", defaults.allreduce_mib)),
         allreduce_iterations=int(dist.get("iterations", defaults.allreduce_iterations)),
+        localize_fraction=float(dist.get("localize_fraction", defaults.localize_fraction)),
     )
 
 

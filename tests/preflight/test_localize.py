@@ -131,10 +131,10 @@ class _FakeExchange(Exchange):
         self.asked.append(flag)
         return flag
 
-    def time_group(self, group, delay):
+    def time_group(self, group, delay, deadline):
         if isinstance(self.per_call, Exception):
             raise self.per_call
-        return self.per_call
+        return self.per_call, self.iterations
 
 
 def _gather_own(mine):

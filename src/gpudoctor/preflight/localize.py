@@ -121,30 +121,39 @@ class Exchange:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree)
         return bool(int(t.item()))
 
-    def time_group(self, group: Any, delay: float) -> float:
-        """Seconds per all-reduce in `group`: the median of the iterations (one stall of a shared
-        host does not make a node slow), the slowest member's."""
+    def time_group(self, group: Any, delay: float, deadline: float) -> tuple[float, int]:
+        """Seconds per all-reduce in `group` (the median of the iterations, so one stall of a shared
+        host does not make a node slow; the slowest member's) and how many iterations ran: the
+        members agree before each one that time is left (a tiny MAX all-reduce, not timed), so a
+        round stops at the limit instead of running all its iterations past it."""
         torch, dist = self.torch, self.dist
         buf = torch.zeros(self.mib * (1 << 20) // 4, dtype=torch.float32, device=self.device)
         dist.all_reduce(buf, group=group)  # warm-up: the group's connections
         self.sync()
-        times = []
+        times: list[float] = []
+        late = torch.zeros(1, dtype=torch.int64, device=self.device)
         for _ in range(self.iterations):
+            late.fill_(1 if time.monotonic() >= deadline else 0)
+            dist.all_reduce(late, op=dist.ReduceOp.MAX, group=group)
+            if int(late.item()):
+                break
             started = time.perf_counter()
             if delay:
                 time.sleep(delay)
             dist.all_reduce(buf, group=group)
             self.sync()
             times.append(time.perf_counter() - started)
-        median = sorted(times)[len(times) // 2]
+        median = sorted(times)[len(times) // 2] if times else 0.0
         elapsed = torch.tensor([median], dtype=torch.float64, device=self.device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
-        return float(elapsed.item())
+        return float(elapsed.item()), len(times)
 
 
 def busbw(size_bytes: int, per_call: float, ranks: int) -> float:
     """nccl-tests' all-reduce bus bandwidth in GB/s: size / time × 2(n−1)/n."""
-    return round(size_bytes / per_call / 1e9 * 2 * (ranks - 1) / ranks, 3) if per_call > 0 else 0.0
+    if per_call <= 0:
+        return 0.0
+    return float(f"{size_bytes / per_call / 1e9 * 2 * (ranks - 1) / ranks:.4g}")  # 4 significant digits
 
 
 def run_rounds(
@@ -182,7 +191,12 @@ def run_rounds(
             if ex.rank == ranks[0]:
                 mine["lead"] = True
             try:
-                mine["busbw_gbps"] = busbw(size, ex.time_group(group, delay), len(ranks))
+                per_call, done = ex.time_group(group, delay, deadline)
+                if done:
+                    mine["busbw_gbps"] = busbw(size, per_call, len(ranks))
+                if done < ex.iterations:
+                    ran = f"{done} of {ex.iterations} iterations"
+                    mine["problem"] = f"the time limit ({limit_s:g} s) ran out after {ran}"
             except Exception as exc:  # a collective that timed out: this group is unknown
                 first = str(exc).splitlines()[0][:200] if str(exc) else ""
                 mine["problem"] = f"{type(exc).__name__}: {first}"

@@ -65,7 +65,7 @@ def _rank_lines(rows: list[dict[str, Any]], style: Any, width: int) -> list[str]
 def _localise_lines(loc: dict[str, Any], width: int) -> list[str]:
     """Each node's bus bandwidth (its own ranks, then with each node it was paired with) and what
     the localisation found."""
-    gb = lambda v: "—" if v is None else f"{v:g} GB/s"  # noqa: E731
+    gb = lambda v: "—" if v is None else f"{v:.3g} GB/s"  # noqa: E731
     said = (
         f"localisation ({loc['why']}): {loc['mib']} MiB × {loc['iterations']} per group; slow: under "
         f"{loc['fraction']:g} × the best of its kind; {loc['rounds_run']} of {loc['rounds_planned']} rounds "

@@ -110,6 +110,7 @@ def _launch(root: str, *extra: str) -> list[subprocess.CompletedProcess]:
     return out
 
 
+@pytest.mark.gloo
 @needs_torch
 def test_one_rank_no_go_stops_every_rank(tmp_path):
     # pcie-degraded: GPU 1 links at x8, so rank 1 (local rank 1 → GPU 1) is no-go, rank 0 is go
@@ -134,6 +135,7 @@ def test_one_rank_no_go_stops_every_rank(tmp_path):
     assert data["verdict"] == "no-go" and [r["verdict"] for r in data["distributed"]["ranks"]] == ["go", "no-go"]
 
 
+@pytest.mark.gloo
 @needs_torch
 def test_torchrun_entry_point_all_go():
     port = str(_free_port())

@@ -182,6 +182,7 @@ def test_localize_needs_distributed(capsys):
     assert code == 2 and "--localize goes with --distributed" in err
 
 
+@pytest.mark.gloo
 @needs_torch
 def test_four_stand_in_nodes_over_gloo_name_the_slowed_one(tmp_path):
     # four processes, one rank each, GROUP_RANK 0..3 as torchrun sets it on four nodes; node 2
@@ -223,3 +224,23 @@ def test_four_stand_in_nodes_over_gloo_name_the_slowed_one(tmp_path):
     assert found["slow_nodes"] == ["gpu-node-01#2"] and found["status"] == "slow" and found["rounds_run"] == 2
     assert [len(n["pairs"]) for n in found["nodes"]] == [2, 2, 2, 2]
     assert data["verdict"] == "no-go" and [r["node_rank"] for r in data["distributed"]["ranks"]] == [0, 1, 2, 3]
+
+
+def test_the_json_report_lists_the_slow_node_and_each_nodes_figures():
+    # without torch too: the report's distributed.localize as rank 0 writes it, against the schema
+    from gpudoctor.preflight.distributed import DistributedOutcome, _rank_row
+    from gpudoctor.render.gate_distributed import distributed_json
+    from gpudoctor.schemas import validate
+    from tests.preflight.test_golden import gate_report
+
+    go = gate_report("go-expectations")
+    rows = [_rank_row(go, rank, 0, "0000:18:00.0", rank) for rank in range(4)]
+    found = analyse(node_layout(rows), _pairs({(0, 1): 40.0, (2, 3): 9.0, (1, 2): 10.0, (3, 0): 38.0}), 0.8, "")
+    found.update(why="--localize", mib=256, iterations=20, seconds=1.5)
+    outcome = DistributedOutcome(0, 4, "nccl", go, rows[0], rows=rows, localisation=found)
+    data = json.loads(distributed_json(outcome))
+    assert validate("gate-report", data) is None
+    assert data["verdict"] == "no-go" and data["exit_code"] == 1
+    assert data["distributed"]["localize"]["slow_nodes"] == ["gpu-node-01#2"]
+    assert data["distributed"]["localize"]["nodes"][2]["pairs"][0] == {"with": "gpu-node-01#3", "busbw_gbps": 9.0}
+    assert validate("gate-report", {**data, "distributed": {**data["distributed"], "localize": {"status": "x"}}})

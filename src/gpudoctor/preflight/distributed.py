@@ -326,9 +326,9 @@ def run_distributed(policy: Policy, run_options: dict[str, Any], localize: bool 
                 ruleset = load_gate_rules(run_options.get("rule_dirs", ()), run_options.get("builtin_rules", True))
                 outcome.allreduce = allreduce_finding(ruleset, report.facts, policy, measured, world)
             low = outcome.allreduce is not None and outcome.allreduce.status is Status.FAIL
-            if all_go and (localize or low):
+            if all_go:
                 device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-                outcome.localisation = _localise(torch, dist, device, rank, rows, policy, objects, localize)
+                outcome.localisation = _localise(torch, dist, device, rank, rows, policy, objects, localize, low)
             outcome.rows = rows
         except Exception as exc:
             outcome.problem = f"NO-GO  rank {rank}: the ranks could not exchange results: {type(exc).__name__}: {exc}"
@@ -343,13 +343,25 @@ def run_distributed(policy: Policy, run_options: dict[str, Any], localize: bool 
 
 
 def _localise(
-    torch: Any, dist: Any, device: Any, rank: int, rows: list[dict[str, Any]], policy: Policy, group: Any, asked: bool
-) -> dict[str, Any]:
-    """Every rank's part of the localisation (preflight/localize.py), over the job's backend."""
+    torch: Any,
+    dist: Any,
+    device: Any,
+    rank: int,
+    rows: list[dict[str, Any]],
+    policy: Policy,
+    group: Any,
+    asked: bool,
+    low: bool,
+) -> dict[str, Any] | None:
+    """Every rank's part of the localisation (preflight/localize.py), over the job's backend; None
+    when no rank asked for it (--localize) or saw the all-reduce under the minimum. The ranks agree
+    first: a wrong sum is seen per rank, and a rank that localised alone would wait for the others."""
     from .localize import Exchange, localise
 
     world = len(rows)
     ex = Exchange(torch, dist, device, rank, group, policy.allreduce_mib, policy.allreduce_iterations)
+    if not ex.any_rank(asked or low):
+        return None
     why = "--localize" if asked else "the all-reduce is under the minimum"
     return localise(
         ex, rows, policy.localize_fraction, policy.deadline_s, lambda d: gather_rows(torch, dist, d, world, group), why

@@ -16,7 +16,9 @@
    nothing is measured and the table says so. That does not block, unless the policy asks for a
    minimum bus bandwidth: then, like any check that cannot be judged, it blocks when fail-closed
    (a single-GPU job should not carry a multi-GPU bandwidth minimum) and is reported when fail-open.
-4. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
+4. When that bus bandwidth is under the minimum, or with --localize, every rank runs a bounded
+   localisation that names the slow node or pair (preflight/localize.py), within the gate's deadline.
+5. Rank 0 prints the blocking lines of every rank, one table of every rank, node and GPU, the
    bandwidth and the verdict (render/gate_distributed.py); every rank exits 1 when any rank is
    no-go, so the whole job stops.
 
@@ -159,6 +161,13 @@ def not_measured(world: int, backend: str, rows: list[dict[str, Any]]) -> str:
     return ""
 
 
+def node_count(rows: list[dict[str, Any]]) -> int:
+    """How many nodes the ranks are on: torchrun's node ranks where known, else host names."""
+    from .localize import node_layout
+
+    return len(node_layout(rows))
+
+
 def one_rank_blocks(policy: Policy | None, world: int) -> bool:
     """With one rank the policy's minimum bus bandwidth cannot be checked: it blocks when fail-closed."""
     return policy is not None and world < 2 and policy.min_busbw_gbps is not None and policy.fail_closed
@@ -179,10 +188,12 @@ def gather_rows(torch: Any, dist: Any, row: dict[str, Any], world: int, group: A
     return [json.loads(bytes(b[: int(n.item())].tolist()).decode("utf-8")) for b, n in zip(bufs, sizes)]
 
 
-def _rank_row(report: GateReport, rank: int, local_rank: int, own: str | None) -> dict[str, Any]:
+def _rank_row(
+    report: GateReport, rank: int, local_rank: int, own: str | None, node_rank: int | None = None
+) -> dict[str, Any]:
     mine = [f for f in report.blocking if f.subject.kind != "gpu" or own is None or f.subject.bus_id == own]
     lines = blocking_lines(mine)
-    return {
+    row: dict[str, Any] = {
         "rank": rank,
         "local_rank": local_rank,
         "node": report.hostname() if report.hostname() != "unknown" else socket.gethostname(),
@@ -191,6 +202,9 @@ def _rank_row(report: GateReport, rank: int, local_rank: int, own: str | None) -
         "blocking": [line.text for line in lines],
         "duration_s": round(report.duration_s, 3),
     }
+    if node_rank is not None:
+        row["node_rank"] = node_rank  # torchrun's GROUP_RANK: which node this rank is on
+    return row
 
 
 @dataclass
@@ -207,6 +221,8 @@ class DistributedOutcome:
     measured: dict[str, Any] | None = None
     # why this rank could not take part (it could not join the others, the exchange failed)
     problem: str = ""
+    # the localisation's result (preflight/localize.py analyse), when it ran
+    localisation: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -214,6 +230,8 @@ class DistributedOutcome:
             return True
         any_no_go = any(r["verdict"] != "go" for r in self.rows)
         if any_no_go or one_rank_blocks(self.report.policy, self.world):
+            return True
+        if localisation_blocks(self.localisation, self.report.policy):
             return True
         return self.allreduce is not None and self.allreduce.status is Status.FAIL
 
@@ -227,9 +245,19 @@ class DistributedOutcome:
         return 1 if self.failed else 0
 
 
-def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedOutcome:
+def localisation_blocks(localisation: Mapping[str, Any] | None, policy: Policy | None) -> bool:
+    """A slow node or pair blocks; a localisation cut short (unknown) blocks when fail-closed."""
+    if not localisation:
+        return False
+    if localisation["slow_nodes"] or localisation["slow_pairs"]:
+        return True
+    return localisation["status"] == "unknown" and (policy is None or policy.fail_closed)
+
+
+def run_distributed(policy: Policy, run_options: dict[str, Any], localize: bool = False) -> DistributedOutcome:
     """Gate this rank, meet the others and return what every rank learnt; exit status 1 on every
-    rank when any rank is no-go."""
+    rank when any rank is no-go. With `localize` (or an all-reduce under the minimum) the ranks
+    also look for the slow node."""
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise GateError(
@@ -251,11 +279,15 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
     cuda = bool(torch.cuda.is_available()) and torch.cuda.device_count() > local_rank
     local_world = _int_env("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else local_rank + 1
     own = own_gpu(report.facts, local_rank, torch if cuda else None)
-    row = _rank_row(report, rank, local_rank, own)
+    node_rank = _int_env("GROUP_RANK") if "GROUP_RANK" in os.environ else None
+    row = _rank_row(report, rank, local_rank, own, node_rank)
 
     # Bounded: the other ranks' own gates (each under the deadline), start-up skew between nodes,
     # and the timed all-reduce.
+    # and, when it may run, the localisation (its own limit: the gate's deadline).
     budget = max(60.0, 2 * policy.deadline_s) + 30.0
+    if localize or policy.min_busbw_gbps is not None:
+        budget += policy.deadline_s
 
     def give_up() -> None:
         sys.stderr.write(
@@ -287,11 +319,16 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
         try:
             objects = dist.new_group(backend="gloo") if backend == "nccl" else None
             rows = gather_rows(torch, dist, row, world, objects)
-            if backend == "nccl" and world >= 2 and not any(r["verdict"] != "go" for r in rows):
+            all_go = world >= 2 and not any(r["verdict"] != "go" for r in rows)
+            if backend == "nccl" and all_go:
                 measured = measure_allreduce(torch, dist, torch.device("cuda", local_rank), world, rank, policy)
                 outcome.measured = measured
                 ruleset = load_gate_rules(run_options.get("rule_dirs", ()), run_options.get("builtin_rules", True))
                 outcome.allreduce = allreduce_finding(ruleset, report.facts, policy, measured, world)
+            low = outcome.allreduce is not None and outcome.allreduce.status is Status.FAIL
+            if all_go:
+                device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+                outcome.localisation = _localise(torch, dist, device, rank, rows, policy, objects, localize, low)
             outcome.rows = rows
         except Exception as exc:
             outcome.problem = f"NO-GO  rank {rank}: the ranks could not exchange results: {type(exc).__name__}: {exc}"
@@ -303,3 +340,29 @@ def run_distributed(policy: Policy, run_options: dict[str, Any]) -> DistributedO
         watchdog.cancel()
 
     return outcome
+
+
+def _localise(
+    torch: Any,
+    dist: Any,
+    device: Any,
+    rank: int,
+    rows: list[dict[str, Any]],
+    policy: Policy,
+    group: Any,
+    asked: bool,
+    low: bool,
+) -> dict[str, Any] | None:
+    """Every rank's part of the localisation (preflight/localize.py), over the job's backend; None
+    when no rank asked for it (--localize) or saw the all-reduce under the minimum. The ranks agree
+    first: a wrong sum is seen per rank, and a rank that localised alone would wait for the others."""
+    from .localize import Exchange, localise
+
+    world = len(rows)
+    ex = Exchange(torch, dist, device, rank, group, policy.allreduce_mib, policy.allreduce_iterations)
+    if not ex.any_rank(asked or low):
+        return None
+    why = "--localize" if asked else "the all-reduce is under the minimum"
+    return localise(
+        ex, rows, policy.localize_fraction, policy.deadline_s, lambda d: gather_rows(torch, dist, d, world, group), why
+    )

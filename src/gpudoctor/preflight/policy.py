@@ -41,6 +41,8 @@ class Policy:
     # the golden-node profile (fleet.profile.Profile) the policy's `profile:` names; its facts are
     # profile-* checks of severity error
     profile: Any = None
+    # gate --distributed's localisation: a figure under this fraction of the best of its kind is slow
+    localize_fraction: float = 0.8
 
     @property
     def on_cannot_check(self) -> str:
@@ -149,6 +151,7 @@ def policy_from_mapping(data: Any, source: str = "<policy>") -> Policy:
         allreduce_mib=int(dist.get("allreduce_mib", defaults.allreduce_mib)),
         allreduce_iterations=int(dist.get("iterations", defaults.allreduce_iterations)),
         profile=_profile(data, source),
+        localize_fraction=float(dist.get("localize_fraction", defaults.localize_fraction)),
     )
 
 

@@ -174,6 +174,12 @@ def _npd_answers(command: Callable[..., None]) -> Callable[..., None]:
     metavar="GB/s",
     help="With --distributed: all-reduce bus bandwidth below this is no-go [policy].",
 )
+@click.option(
+    "--localize",
+    is_flag=True,
+    help="With --distributed: also time each node's own ranks and pairs of nodes, and name the slow node "
+    "or pair (done anyway when the all-reduce is under --min-busbw); within the deadline.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only those that did not pass.")
 @click.option(
     "--npd",
@@ -211,6 +217,7 @@ def command(
     rule_dirs: tuple[str, ...],
     distributed: bool,
     min_busbw: float | None,
+    localize: bool,
     verbose: bool,
     npd: bool,
     previous_file: str | None,
@@ -257,6 +264,8 @@ def command(
         "previous_file": previous_file,
         "sample_s": sample_s,
     }
+    if localize and not distributed:
+        raise UserError("--localize goes with --distributed (it times the nodes of a torchrun job)")
     if distributed:
         if junit_path or prometheus_path or nfd_path or fmt != "text":
             raise UserError(
@@ -268,13 +277,14 @@ def command(
         from ...render.gate_distributed import distributed_json, stderr_lines, stdout_text
 
         try:
-            outcome = run_distributed(policy, run_options)
+            outcome = run_distributed(policy, run_options, localize)
         except GateError as exc:
             raise UserError(str(exc)) from None
         for line in stderr_lines(outcome):
             click.echo(terminal_safe(line), err=True)
         style = style_for(sys.stdout, color)
-        write_output(stdout_text(outcome, style), None, colour=coloured(style))
+        text = stdout_text(outcome, style, output_width(sys.stdout, False))
+        write_output(text, None, colour=coloured(style))
         if json_path and outcome.rank == 0 and not outcome.problem:
             write_output(distributed_json(outcome), json_path)
         sys.exit(outcome.exit_code)

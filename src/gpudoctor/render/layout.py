@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from typing import Any, Sequence
 
 from ..escaping import printable_flow
 
@@ -207,3 +208,28 @@ def fix_lines(fix: str, width: int, first: str, rest: str) -> list[str]:
         else:
             out.extend(wrap_units(para, width, lead, rest) if para.strip() else [lead.rstrip()])
     return out
+
+
+# --- tables -----------------------------------------------------------------------------------------
+
+
+def fit_columns(
+    columns: Sequence[tuple[Any, ...]], width: int, drop_order: Sequence[str], keep: str = "", indent: int = 0
+) -> list[int]:
+    """Indices of the table columns shown at `width`. `columns` are (header, width, ...), two
+    spaces between them, the rows indented by `indent`: the columns named in `drop_order` go
+    one by one, first to last (never `keep`), until a row of the rest fits."""
+    shown = list(range(len(columns)))
+    for header in drop_order:
+        if indent + sum(columns[i][1] for i in shown) + 2 * (len(shown) - 1) <= width:
+            break
+        if header != keep:
+            shown = [i for i in shown if columns[i][0] != header]
+    return shown
+
+
+def left_out_note(headers: Sequence[str], width: int, hint: str) -> list[str]:
+    """The line a table that left columns out to fit ends with (none when it left none out)."""
+    if not headers:
+        return []
+    return wrap(f"Columns left out to fit {width} columns: {', '.join(headers)} ({hint}).", width)

@@ -57,9 +57,12 @@ def pack(items: list[str], width: int, first: str = "", rest: str | None = None,
     rest = " " * len(first) if rest is None else rest
     out: list[str] = []
     line, fresh = first, True
-    for item in (x for x in items if x):
-        if not fresh and visible_len(line) + len(sep) + visible_len(item) > width:
-            out.append(line + sep.rstrip())
+    mark = sep.rstrip()  # a broken line ends with the separator's mark (",", "·"): room is kept for it
+    kept = [x for x in items if x]
+    for k, item in enumerate(kept):
+        room = width - (len(mark) if k < len(kept) - 1 else 0)
+        if not fresh and visible_len(line) + len(sep) + visible_len(item) > room:
+            out.append(line + mark)
             line, fresh = rest, True
         line = line + item if fresh else f"{line}{sep}{item}"
         fresh = False

@@ -413,7 +413,9 @@ def test_bench_writes_a_snapshot_that_check_judges(fake_bench, tmp_path, capsys)
     assert run(["bench", "--facts", SNAPSHOT, "-o", str(out), "--no-color"]) == 0
     text = capsys.readouterr().out
     assert "GPU 0 (0000:00:06.0) NVIDIA H200 → h200-sxm-141gb" in text
-    assert "784 TFLOP/s" in text and "990 TFLOP/s" in text
+    bf16 = next(line for line in text.splitlines() if line.startswith("  bf16 matmul "))
+    # measured (with its unit), datasheet, efficiency, the other GPU, vs it, spread
+    assert bf16.split()[3:] == ["784", "TFLOP/s", "990", "79", "%", "784", "100", "%", "0", "%"]
     assert "TF32 in this torch's defaults: off" in text
     snap = load_snapshot(out)
     original = load_snapshot(SNAPSHOT)

@@ -136,12 +136,14 @@ def test_each_nic_shows_its_ports_state_rate_and_link_layer(capsys):
 def test_nvswitches_and_the_fabric_manager_are_shown(capsys):
     code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "nvswitch-8gpu"))
     assert code == 0
-    assert out.splitlines()[1] == (
-        "NVSwitches: 4 (0000:20:00.0, 0000:21:00.0, 0000:22:00.0, 0000:23:00.0) · "
-        "fabric manager (nv-fabricmanager): running (pid 1402)"
-    )
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("NVSwitches: "))
+    assert lines[at : at + 2] == [  # at 100 columns the fabric manager goes on a line of its own
+        "NVSwitches: 4 (0000:20:00.0, 0000:21:00.0, 0000:22:00.0, 0000:23:00.0) ·",
+        "  fabric manager (nv-fabricmanager): running (pid 1402)",
+    ]
     code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "fabric-manager-stopped"))
-    assert code == 0 and out.splitlines()[1].endswith("fabric manager (nv-fabricmanager): not running")
+    assert code == 0 and out.splitlines()[at + 1].endswith("fabric manager (nv-fabricmanager): not running")
     code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "nvswitch-8gpu"), "--format", "json")
     assert json.loads(out)["nvswitches"] == {
         "count": 4,
@@ -168,4 +170,4 @@ def test_hosts_without_nvswitches_show_no_nvswitch_line(capsys, tmp_path):
     snapshot.write_text(json.dumps(facts))
     code, out, _ = cli(capsys, "topo", "--facts", str(snapshot))
     assert code == 0
-    assert out.splitlines()[1] == "NVSwitches: 4 · fabric manager (nv-fabricmanager): unknown (no permission)"
+    assert "\nNVSwitches: 4 · fabric manager (nv-fabricmanager): unknown (no permission)\n" in out

@@ -49,20 +49,31 @@ def _filled(fix: str) -> str:
     return fix
 
 
+def _message(rule) -> str:
+    return str(getattr(rule.message, "source", rule.message) or "")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
-def test_every_builtin_fix_command_stays_on_one_line(width):
+def test_every_builtin_command_stays_on_one_line_and_the_prose_around_it_wraps(width):
+    # every rule's message and fix, templates filled, as check prints them
     findings = [
-        _finding(HOST, fix=_filled(rule.fix.source), rule_id=rule.id, message=f"{rule.id} failed")
+        _finding(HOST, fix=_filled(rule.fix.source if rule.fix else ""), rule_id=rule.id,
+                 message=_filled(_message(rule)), evidence=[])
         for rule in RULESET.rules
-        if rule.fix
     ]
     out = text.render(Report(findings=findings), {}, width=width).splitlines()
-    checked = 0
-    for f in findings:
-        for command in layout.commands(f.fix):
-            assert any(command in line for line in out), f"{f.rule_id}: {command!r} broken at {width}"
-            checked += 1
-    assert checked > 60  # the rules' fixes are full of commands: a parser that finds none is broken
+    commands = {
+        command.rstrip(".,;:)").lstrip("(")
+        for f in findings
+        for command in layout.commands(f.fix) + layout.commands(f.message)
+    }
+    for command in commands:
+        assert any(command in line for line in out), f"{command!r} broken at {width}"
+    assert len(commands) > 130  # the rules' texts are full of commands: a parser that finds none is broken
+    for line in out:  # a line runs long only when it is a command or one piece that cannot break
+        body = line.strip()
+        body = body[len("fix:") :].lstrip() if body.startswith("fix:") else body
+        assert len(line) <= width or body.rstrip(".,;:)").lstrip("(") in commands or len(body.split()) == 1, line
 
 
 @pytest.mark.parametrize("scenario", ["no-driver", "healthy-2gpu", "h200-x2-real", "nvlink-down-8gpu"])
@@ -175,3 +186,35 @@ def test_the_header_and_pass_lines_name_ascend_npus_as_npus() -> None:
     assert "· 8 NPU(s) on PCI ·" in text.header(facts)
     out = text.render(report, facts, width=100)
     assert "8 NPUs" in out and "8 GPUs" not in out and "GPU(s) on PCI" not in out
+
+
+def test_an_inline_command_is_found_wherever_it_stands_in_the_prose():
+    # mid-sentence: `sudo` always starts one, another command word when an option or a pipe follows
+    said = "Then run sudo systemctl restart nvidia-fabricmanager to reload it; then nvidia-smi -q -d ECC shows it."
+    assert layout.commands(said) == ["sudo systemctl restart nvidia-fabricmanager", "nvidia-smi -q -d ECC"]
+    assert layout.commands("check sudo dmesg -T | grep -i xid. Then reboot") == ["sudo dmesg -T | grep -i xid"]
+    assert layout.commands("look at dmesg | grep amdgpu and retry") == ["dmesg | grep amdgpu"]
+    # a command word used as a name is prose
+    for prose in ("and gpudoctor never changes clocks for you", "or unset them to use every NPU",
+                  "CUDA and nvidia-smi do not see it", "launched without torchrun (srun, mpirun)"):
+        assert layout.units(prose) == prose.split(), prose
+
+
+def test_prose_around_an_inline_command_still_wraps():
+    said = (
+        "When the counters climb, then nvidia-smi -q -d ECC shows which memory is at fault and whether "
+        "the pages were retired since the last reset of the GPU"
+    )
+    lines = layout.wrap_units(said, 30)
+    assert "nvidia-smi -q -d ECC" in lines[1] and len(lines) == 6
+    assert all(len(line) <= 30 for line in lines)
+    assert " ".join(lines) == said
+    # a bullet of a fix wraps under its own text; an indented command line is printed as it is
+    fix = "Either:\n  - inject the devices with CDI instead of the cgroup device list\n  sudo nvidia-ctk cdi generate"
+    assert layout.fix_lines(fix, 40, "fix: ", "     ") == [
+        "fix: Either:",
+        "       - inject the devices with CDI",
+        "         instead of the cgroup device",
+        "         list",
+        "       sudo nvidia-ctk cdi generate",
+    ]

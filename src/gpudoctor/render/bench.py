@@ -12,6 +12,7 @@ from ..bench.runner import NoDevice
 from ..escaping import printable
 from ..facts import Unavailable, to_jsonable
 from ..findings import Finding, Status
+from .layout import fit_columns, fix_lines, left_out_note, pack, wrap, wrap_units
 
 Style = Callable[..., str]
 
@@ -72,12 +73,25 @@ def _gpu_title(entry: Mapping[str, Any]) -> str:
     return label
 
 
+# The table's columns (header, right-aligned): a measurement with its unit, the datasheet's and
+# the other GPUs' figures in the same unit, the ratios. Left out, first to last, while a row is
+# wider than the output: the spread between repeats, the datasheet figure (eff. keeps the ratio),
+# the others' figure (vs keeps the ratio), the size. What remains at the narrowest: the test, the
+# measurement, eff. and vs.
+COLUMNS = ("test", "size", "measured", "datasheet", "eff.", "others", "vs", "spread")
+DROP_ORDER = ("spread", "datasheet", "others", "size")
+INDENT = " " * 10  # a check's message and fix, under its rule id
+
+
 def render_text(
     section: Mapping[str, Any],
     findings: Iterable[Finding] = (),
     style: Style = _plain,
     snapshot_path: str | None = None,
+    width: int = 100,
 ) -> str:
+    """The bench at `width` columns: prose wraps, each GPU's table leaves columns out (DROP_ORDER)
+    until it fits and says which, and the commands in the checks' fixes are never broken."""
     out: list[str] = []
     gpus = (
         [g for g in section.get("gpus") or [] if isinstance(g, Mapping)]
@@ -86,123 +100,169 @@ def render_text(
     )
     torch = section.get("torch_version")
     cuda = section.get("cuda_version") or section.get("hip_version")
-    head = f"gpudoctor bench ({printable(section.get('mode', '?'))})"
+    head = [f"gpudoctor bench ({printable(section.get('mode', '?'))})"]
     if isinstance(torch, str):
-        head += f" · torch {printable(torch)}"
+        head.append(f"torch {printable(torch)}")
     if isinstance(cuda, str):
-        head += f" · {'ROCm' if section.get('hip_version') else 'CUDA'} {printable(cuda)}"
-    head += f" · {len(gpus)} GPU(s) · {section.get('duration_s', 0):.1f} s"
-    out.append(style(head, bold=True))
+        head.append(f"{'ROCm' if section.get('hip_version') else 'CUDA'} {printable(cuda)}")
+    head.append(f"{len(gpus)} GPU(s)")
+    head.append(f"{section.get('duration_s', 0):.1f} s")
+    out.extend(style(line, bold=True) for line in pack(head, width, "", "  ", " · "))
     if section.get("status") != "ok":
-        out.append(style(f"  incomplete: {printable(section.get('error'))}", fg="yellow", bold=True))
-    out.append(
-        "  median of repeats, device-event timing, random non-zero inputs; datasheet = dense peak of one device "
-        "(rules/data/gpu_specs.yaml); others = median of the other GPUs of the same kind"
+        said = wrap(f"incomplete: {printable(section.get('error'))}", width, "  ", "    ")
+        out.extend(style(line, fg="yellow", bold=True) for line in said)
+    out.extend(
+        wrap(
+            "median of repeats, device-event timing, random non-zero inputs; datasheet = dense peak of one "
+            "device (rules/data/gpu_specs.yaml); others = median of the other GPUs of the same kind",
+            width,
+            "  ",
+        )
     )
-    header = (
-        f"  {'test':<24}{'size':>8}  {'measured':>15}  {'datasheet':>15}  {'eff.':>6}  "
-        f"{'others':>15}  {'vs':>6}  {'spread':>6}"
-    )
+    left_out: list[str] = []
     for entry in gpus:
         out.append("")
-        out.append(style(_gpu_title(entry), bold=True))
+        out.extend(style(line, bold=True) for line in wrap(_gpu_title(entry), width, "", "  "))
         if "error" in entry:
-            out.append(f"  could not describe the device: {printable(entry['error'])}")
-        out.append(style(header, bold=True))
-        for test, label in ROWS:
-            metric = entry.get(test)
-            if isinstance(metric, Unavailable):
-                if metric.reason == "not_supported" and test == "matmul_bf16_unaligned":
-                    continue
-                out.append(f"  {label:<24}{'':>8}  {'—':>15}  {_why(metric)}"[:160])
-                continue
-            if not isinstance(metric, Mapping):
-                continue
-            unit = printable(metric.get("unit", ""))
-            cells = (
-                f"  {label:<24}{_size(metric):>8}  {_num(metric.get('value'), unit):>15}  "
-                f"{_num(metric.get('spec'), unit):>15}  {_pct(metric.get('efficiency_pct')):>6}  "
-                f"{_num(metric.get('peer_median'), unit):>15}  {_pct(metric.get('vs_peers_pct')):>6}  "
-                f"{_pct(metric.get('spread_pct')):>6}"
-            )
-            out.append(cells.rstrip())
+            out.extend(wrap(f"could not describe the device: {printable(entry['error'])}", width, "  ", "    "))
+        table, dropped = _table(entry, style, width)
+        out.extend(table)
+        left_out = left_out or dropped
         load = entry.get("under_load")
         if isinstance(load, Mapping):
-            parts = []
-            if isinstance(load.get("sm_clock_mhz"), int):
-                top = load.get("sm_clock_max_mhz")
-                parts.append(
-                    f"SM clock down to {load['sm_clock_mhz']}{f' of {top}' if isinstance(top, int) else ''} MHz"
-                )
-            if isinstance(load.get("temperature_c"), int):
-                parts.append(f"up to {load['temperature_c']} °C")
-            if isinstance(load.get("power_draw_w"), (int, float)):
-                limit = load.get("power_limit_w")
-                of_limit = f" (limit {limit:.0f} W)" if isinstance(limit, (int, float)) else ""
-                parts.append(f"up to {load['power_draw_w']:.0f} W{of_limit}")
-            if isinstance(load.get("clocks_event_reasons"), int):
-                parts.append(f"clock event reasons 0x{load['clocks_event_reasons']:x}")
-            out.append(f"  under load: {', '.join(parts)}")
+            out.extend(pack(_load_parts(load), width, "  under load: ", "    ", ", "))
         elif isinstance(load, Unavailable):
-            out.append(f"  under load: {printable(load.detail)}")
-        out.extend(_tuning(entry, section))
+            out.extend(wrap(printable(load.detail), width, "  under load: ", "    "))
+        out.extend(_tuning(entry, section, width))
+    if left_out:
+        out.append("")
+        out.extend(left_out_note(left_out, width, "a wider terminal, COLUMNS=120, or --format json"))
+    out.extend(_between(section, style, width))
+    findings = [f for f in findings if f.status is not Status.SKIP]
+    if findings:
+        out.append("")
+        out.append(style("Checks (rules/performance.yaml)", bold=True))
+        for f in findings:
+            out.extend(_check(f, style, width))
+    if snapshot_path:
+        out.append("")
+        shown = printable(snapshot_path)
+        out.extend(wrap_units(f"Snapshot with these results: {shown} (gpudoctor check --facts {shown})", width))
+    return "\n".join(out) + "\n"
+
+
+def _cells(metric: Mapping[str, Any]) -> list[str]:
+    unit = printable(metric.get("unit", ""))
+    return [
+        _size(metric),
+        _num(metric.get("value"), unit),
+        _num(metric.get("spec")),
+        _pct(metric.get("efficiency_pct")),
+        _num(metric.get("peer_median")),
+        _pct(metric.get("vs_peers_pct")),
+        _pct(metric.get("spread_pct")),
+    ]
+
+
+def _table(entry: Mapping[str, Any], style: Style, width: int) -> tuple[list[str], list[str]]:
+    """One GPU's measurements, each column as wide as its widest cell, and the columns left out."""
+    rows: list[tuple[str, list[str] | str]] = []  # (label, cells) or (label, why it is missing)
+    for test, label in ROWS:
+        metric = entry.get(test)
+        if isinstance(metric, Unavailable):
+            if not (metric.reason == "not_supported" and test == "matmul_bf16_unaligned"):
+                rows.append((label, _why(metric)))
+        elif isinstance(metric, Mapping):
+            rows.append((label, _cells(metric)))
+    full = [cells for _, cells in rows if isinstance(cells, list)]
+    sizes = [max([len(COLUMNS[0])] + [len(label) for label, _ in rows])]
+    sizes += [max([len(header)] + [len(c[i]) for c in full]) for i, header in enumerate(COLUMNS[1:])]
+    columns = list(zip(COLUMNS, sizes))
+    shown = fit_columns(columns, width, DROP_ORDER, indent=2)
+
+    def line(label: str, cells: list[str]) -> str:
+        parts = [f"{label:<{sizes[0]}}"] + [f"{cells[i - 1]:>{sizes[i]}}" for i in shown[1:]]
+        return ("  " + "  ".join(parts)).rstrip()
+
+    out = [style(line(COLUMNS[0], list(COLUMNS[1:])), bold=True)]
+    for label, cells in rows:
+        if isinstance(cells, list):
+            out.append(line(label, cells))
+        else:  # the reason runs on under the figures' columns, wrapped
+            out.extend(wrap(f"— {cells}", width, f"  {label:<{sizes[0]}}  ", " " * (sizes[0] + 6)))
+    return out, [header for i, (header, _) in enumerate(columns) if i not in shown]
+
+
+def _load_parts(load: Mapping[str, Any]) -> list[str]:
+    """What the GPU did under load: its lowest SM clock, highest temperature and power, clock reasons."""
+    parts = []
+    if isinstance(load.get("sm_clock_mhz"), int):
+        top = load.get("sm_clock_max_mhz")
+        parts.append(f"SM clock down to {load['sm_clock_mhz']}{f' of {top}' if isinstance(top, int) else ''} MHz")
+    if isinstance(load.get("temperature_c"), int):
+        parts.append(f"up to {load['temperature_c']} °C")
+    if isinstance(load.get("power_draw_w"), (int, float)):
+        limit = load.get("power_limit_w")
+        of_limit = f" (limit {limit:.0f} W)" if isinstance(limit, (int, float)) else ""
+        parts.append(f"up to {load['power_draw_w']:.0f} W{of_limit}")
+    if isinstance(load.get("clocks_event_reasons"), int):
+        parts.append(f"clock event reasons 0x{load['clocks_event_reasons']:x}")
+    return parts
+
+
+def _between(section: Mapping[str, Any], style: Style, width: int) -> list[str]:
+    """The copies between GPUs, one line each where it fits (else its parts flow), and the all-reduce."""
+    out: list[str] = []
     links = section.get("p2p")
     if isinstance(links, list) and links:
         out.append("")
         out.append(style("Between GPUs", bold=True))
         for link in links:
             metric = link.get("bandwidth")
+            pair = f"GPU {printable(link['src'])} → GPU {printable(link['dst'])}"
+            if not isinstance(metric, Mapping):
+                out.extend(wrap(_why(metric), width, f"  {pair}: ", "    "))
+                continue
             access = link.get("peer_access")
-            access_text = (
-                "peer access"
-                if access is True
-                else ("no peer access: staged through host memory" if access is False else "")
-            )
-            if isinstance(metric, Mapping):
-                measured = _num(metric.get("value"), "GB/s")
-                ceiling = f"{_num(metric.get('spec'), 'GB/s')}, {_pct(metric.get('efficiency_pct'))}"
-                out.append(
-                    f"  GPU {printable(link['src'])} → GPU {printable(link['dst'])} copy {_size(metric):>7}  "
-                    f"{measured:>13}  (link, one way: {ceiling})  {access_text}"
-                )
-            else:
-                out.append(f"  GPU {printable(link['src'])} → GPU {printable(link['dst'])}: {_why(metric)}")
+            ceiling = f"{_num(metric.get('spec'), 'GB/s')}, {_pct(metric.get('efficiency_pct'))}"
+            parts = [
+                f"{pair} copy {_size(metric):>7}",
+                f"{_num(metric.get('value'), 'GB/s'):>13}",
+                f"(link, one way: {ceiling})",
+                {True: "peer access", False: "no peer access: staged through host memory"}.get(access, ""),
+            ]
+            row = "  " + "  ".join(parts).rstrip()
+            out.extend([row] if len(row) <= width else pack([p.strip() for p in parts], width, "  ", "    ", "  "))
     elif isinstance(links, Unavailable) and links.reason != "not_supported":
-        out.append(f"  peer copies: {_why(links)}")
+        out.extend(wrap(_why(links), width, "  peer copies: ", "    "))
     allreduce = section.get("allreduce")
     if isinstance(allreduce, Mapping):
-        out.append(
-            f"  all-reduce over {printable(allreduce.get('gpus', '?'))} GPUs, {_size(allreduce)}: bus bandwidth "
+        said = (
+            f"all-reduce over {printable(allreduce.get('gpus', '?'))} GPUs, {_size(allreduce)}: bus bandwidth "
             f"{_num(allreduce.get('value'), 'GB/s')} (algorithm bandwidth {_num(allreduce.get('algbw_gbs'), 'GB/s')})"
         )
+        out.extend(wrap(said, width, "  ", "    "))
     elif isinstance(allreduce, Unavailable) and allreduce.reason != "not_supported":
-        out.append(f"  all-reduce: {_why(allreduce)}")
-    findings = list(findings)
-    if findings:
-        out.append("")
-        out.append(style("Checks (rules/performance.yaml)", bold=True))
-        for f in findings:
-            if f.status is Status.SKIP:
-                continue
-            badge = {Status.FAIL: "FAIL" if f.severity.value == "error" else f.severity.value[:4]}.get(
-                f.status, f.status.value
-            )
-            colour = {"FAIL": "red", "warn": "yellow", "info": "cyan", "pass": "green", "unknown": "magenta"}.get(badge)
-            line = f"  {badge:<8}{printable(f.rule_id):<30}{printable(f.subject.label):<24}{printable(f.message)}"
-            out.append(style(line, fg=colour) if colour else line)
-            if f.status is Status.FAIL and f.fix:
-                for fix_line in f.fix.strip().splitlines():
-                    out.append(f"          {printable(fix_line)}")
-    if snapshot_path:
-        out.append("")
-        shown = printable(snapshot_path)
-        out.append(f"Snapshot with these results: {shown} (gpudoctor check --facts {shown})")
-    return "\n".join(out) + "\n"
+        out.extend(wrap(_why(allreduce), width, "  all-reduce: ", "    "))
+    return out
 
 
-def _tuning(entry: Mapping[str, Any], section: Mapping[str, Any]) -> list[str]:
-    """The guides' tuning advice, as measured on this GPU."""
-    lines = []
+def _check(f: Finding, style: Style, width: int) -> list[str]:
+    """A check as `check` shows one: badge, rule id and subject, then the message wrapped under
+    them, and a failed check's fix (its commands whole)."""
+    badge = {Status.FAIL: "FAIL" if f.severity.value == "error" else f.severity.value[:4]}.get(f.status, f.status.value)
+    colour = {"FAIL": "red", "warn": "yellow", "info": "cyan", "pass": "green", "unknown": "magenta"}.get(badge)
+    first, *more = wrap(f"{printable(f.rule_id)} · {printable(f.subject.label)}", width, f"  {badge:<8}", INDENT)
+    lines = [f"  {style(f'{badge:<8}', fg=colour) if colour else f'{badge:<8}'}{first[10:]}", *more]
+    lines.extend(wrap_units(f.message, width, INDENT))
+    if f.status is Status.FAIL and f.fix:
+        lines.extend(fix_lines(f.fix.strip(), width, f"{INDENT}fix:  ", INDENT + "      "))
+    return lines
+
+
+def _tuning(entry: Mapping[str, Any], section: Mapping[str, Any], width: int) -> list[str]:
+    """The guides' tuning advice, as measured on this GPU, wrapped to `width`."""
+    lines: list[str] = []
     speed = [
         f"{name} {entry[key]:.1f}x"
         for name, key in (
@@ -214,21 +274,21 @@ def _tuning(entry: Mapping[str, Any], section: Mapping[str, Any]) -> list[str]:
         if isinstance(entry.get(key), (int, float))
     ]
     if speed:
-        lines.append(f"  mixed precision: matmul speed-up over fp32: {', '.join(speed)}")
+        lines.extend(pack(speed, width, "  mixed precision: matmul speed-up over fp32: ", "    ", ", "))
     precision = section.get("float32_matmul_precision_default")
     if isinstance(precision, str):
         state = "off (precision 'highest')" if precision == "highest" else f"on (precision '{printable(precision)}')"
-        lines.append(
-            f"  TF32 in this torch's defaults: {state}; torch.set_float32_matmul_precision('high') turns it on"
-        )
+        said = f"TF32 in this torch's defaults: {state}; torch.set_float32_matmul_precision('high') turns it on"
+        lines.extend(wrap(said, width, "  ", "    "))
     unaligned = entry.get("matmul_bf16_unaligned")
     if isinstance(unaligned, Mapping) and isinstance(unaligned.get("vs_aligned_pct"), (int, float)):
         n = unaligned.get("n")
         aligned = n + 1 if isinstance(n, int) else "?"
-        lines.append(
-            f"  shapes: a bf16 matmul of {n}³ runs at {unaligned['vs_aligned_pct']:.0f} % of {aligned}³;"
+        said = (
+            f"shapes: a bf16 matmul of {n}³ runs at {unaligned['vs_aligned_pct']:.0f} % of {aligned}³;"
             " keep matrix dimensions multiples of 8 (of 64 for the best tensor-core tiles)"
         )
+        lines.extend(wrap(said, width, "  ", "    "))
     return lines
 
 

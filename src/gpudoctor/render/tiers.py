@@ -11,7 +11,7 @@ from typing import Any, Callable
 from ..advice.gpu_specs import RATE_FIELDS
 from ..advice.tiers import TierList, TierRow
 from ..escaping import printable
-from .layout import wrap
+from .layout import fit_columns, left_out_note, wrap
 
 Style = Callable[..., str]
 
@@ -92,18 +92,6 @@ def _cells(r: TierRow, extra: str | None) -> list[str]:
 DROP_ORDER = ("launch $", "TDP W", "TF32", "FP32", "link GB/s", "BW GB/s", "FP8", "BF16", "memory")
 
 
-def _fitted(columns: list[tuple[str, int, str]], width: int, keep: str) -> list[int]:
-    """Indices of the columns shown at `width`: DROP_ORDER's columns go one by one (never `keep`,
-    the column the list is sorted by) until a row of the rest fits."""
-    shown = list(range(len(columns)))
-    for header in DROP_ORDER:
-        if sum(columns[i][1] for i in shown) + 2 * (len(shown) - 1) <= width:
-            break
-        if header != keep:
-            shown = [i for i in shown if columns[i][0] != header]
-    return shown
-
-
 _SORT_COLUMN = {"fp16": "FP16", "bf16": "BF16", "memory": "memory", "bandwidth": "BW GB/s"}
 
 
@@ -171,7 +159,7 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "", width: in
         (header, size if i == 12 else max([size] + [len(cells[i]) for _, cells in rows if i < len(cells)]), align)
         for i, (header, size, align) in enumerate(columns)
     ]
-    shown = _fitted(columns, width, _SORT_COLUMN.get(tl.sort.name, ""))
+    shown = fit_columns(columns, width, DROP_ORDER, _SORT_COLUMN.get(tl.sort.name, ""))
 
     def fmt_row(cells: list[str]) -> str:
         parts = [f"{cells[i]:{columns[i][2]}{columns[i][1]}}" for i in shown]
@@ -192,11 +180,8 @@ def render_text(tl: TierList, style: Style = _plain, origin: str = "", width: in
             lines.append(style(text, bold=True, fg="green"))
             text = style(f"      {mark}", bold=True, fg="green")
         lines.append(text)
-    if len(shown) < len(columns):
-        left_out = ", ".join(columns[i][0] for i in range(len(columns)) if i not in shown)
-        lines.extend(
-            wrap(f"Columns left out to fit {width} columns: {left_out} (COLUMNS=200 or --format json).", width)
-        )
+    left_out = [columns[i][0] for i in range(len(columns)) if i not in shown]
+    lines.extend(left_out_note(left_out, width, "COLUMNS=200 or --format json"))
     if tl.hidden:
         names = ", ".join(printable(r.row.get("name", r.id)) for r in tl.hidden)
         lines.append("")

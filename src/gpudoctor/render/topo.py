@@ -17,6 +17,7 @@ from ..escaping import printable
 from ..facts import Unavailable
 from ..model.nics import RELATIONS, NicChoice, NicInfo, nics_from_facts, pair_nics
 from ..model.topology import GpuInfo, Topology, allowed_cpus, cpulist, gpus_from_facts
+from .layout import pack, wrap
 
 GIB = 1 << 30
 
@@ -61,10 +62,11 @@ class NvSwitches:
             fabric_manager_reason=running.reason if isinstance(running, Unavailable) else "",
         )
 
-    def text(self) -> str | None:
-        """One line for a host with NVSwitches (None without: other hosts' output is unchanged)."""
+    def text(self) -> list[str]:
+        """The parts of the line for a host with NVSwitches (none without: other hosts' output is
+        unchanged): the switches, then the fabric manager."""
         if not self.count:
-            return None
+            return []
         shown = f" ({printable(', '.join(self.bus_ids))})" if self.bus_ids else ""
         if self.fabric_manager_running is True:
             pid = f" (pid {self.fabric_manager_pid})" if self.fabric_manager_pid is not None else ""
@@ -74,7 +76,7 @@ class NvSwitches:
         else:
             manager = "unknown" + (f" ({printable(self.fabric_manager_reason.replace('_', ' '))})"
                                    if self.fabric_manager_reason else "")
-        return f"NVSwitches: {self.count}{shown} · fabric manager (nv-fabricmanager): {manager}"
+        return [f"NVSwitches: {self.count}{shown}", f"fabric manager (nv-fabricmanager): {manager}"]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,7 +142,7 @@ def _simplify(branch: _Branch, depth: int) -> None:
             del branch.children[key]
 
 
-def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> str:
+def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> list[str]:
     parts = [f"GPU {g.index if g.index is not None else '?'}", printable(g.bus_id)]
     if g.name:
         parts.append(printable(g.name))
@@ -153,10 +155,10 @@ def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> str:
     choice = pairs.get(g.bus_id)
     if choice is not None:
         parts.append(f"→ {printable(choice.nic.name)}")
-    return "  ".join(parts)
+    return parts
 
 
-def _nic_line(n: NicInfo) -> str:
+def _nic_line(n: NicInfo) -> list[str]:
     parts = [f"NIC {printable(n.name)}", printable(n.bus_id)]
     if n.net:
         parts.append(printable(",".join(n.net)))
@@ -167,7 +169,7 @@ def _nic_line(n: NicInfo) -> str:
         if port.link_layer:
             words.append(printable(port.link_layer))
         parts.append(" ".join(words))
-    return "  ".join(parts)
+    return parts
 
 
 def _label(branch: _Branch) -> str:
@@ -180,22 +182,24 @@ def _sort_key(entry: Any) -> str:
     return entry.key if isinstance(entry, _Branch) else entry.bus_id
 
 
-def _render_branch(branch: _Branch, prefix: str, lines: list[str], pairs: Mapping[str, NicChoice]) -> None:
+def _render_branch(
+    branch: _Branch, prefix: str, lines: list[str], pairs: Mapping[str, NicChoice], width: int
+) -> None:
     entries: list[Any] = [*branch.items, *branch.children.values()]
     entries.sort(key=_sort_key)
     for i, entry in enumerate(entries):
         last = i == len(entries) - 1
         connector = "└── " if last else "├── "
+        below = prefix + ("    " if last else "│   ")
         if isinstance(entry, _Branch):
             lines.append(prefix + connector + _label(entry))
-            _render_branch(entry, prefix + ("    " if last else "│   "), lines, pairs)
-        elif isinstance(entry, GpuInfo):
-            lines.append(prefix + connector + _gpu_line(entry, pairs))
-        else:
-            lines.append(prefix + connector + _nic_line(entry))
+            _render_branch(entry, below, lines, pairs, width)
+        else:  # a device's parts flow onto lines under it, the tree's lines carried on
+            parts = _gpu_line(entry, pairs) if isinstance(entry, GpuInfo) else _nic_line(entry)
+            lines.extend(pack(parts, width, prefix + connector, below + "  ", "  "))
 
 
-def _node_head(lay: Layout, node_id: int) -> str:
+def _node_head(lay: Layout, node_id: int) -> list[str]:
     topo = lay.topo
     node = topo.nodes[node_id]
     packages = topo.packages_of_node(node_id)
@@ -215,25 +219,32 @@ def _node_head(lay: Layout, node_id: int) -> str:
         parts.append("no CPUs")
     if node.memory_bytes is not None:
         parts.append(f"{node.memory_bytes / GIB:.0f} GiB")
-    return " · ".join(parts)
+    return parts
 
 
-def render_text(facts: Mapping[str, Any]) -> str:
+def render_text(facts: Mapping[str, Any], width: int = 100) -> str:
+    """The view at `width` columns: the head lines and a device's parts flow onto indented lines
+    (in the tree, under the device, the tree's lines carried on), and the GPU table shortens its
+    headers, then turns into a list (`_table`), where a row would not fit."""
     lay = layout(facts)
     topo = lay.topo
     sockets = {c.package for c in topo.cpus.values() if c.package is not None}
     smt = {True: ", SMT on", False: ", SMT off", None: ""}[topo.smt_active]
-    head = (
-        f"{printable(lay.hostname)} · {len(sockets) or '?'} socket(s) · {len(topo.nodes)} NUMA node(s) · "
-        f"{len(topo.online)} CPUs{smt} · {len(lay.gpus)} GPU(s) (from {printable(lay.gpu_source)}) · "
-        f"{len(lay.nics)} RDMA NIC(s)"
-    )
-    lines = [head]
+    head = [
+        printable(lay.hostname),
+        f"{len(sockets) or '?'} socket(s)",
+        f"{len(topo.nodes)} NUMA node(s)",
+        f"{len(topo.online)} CPUs{smt}",
+        f"{len(lay.gpus)} GPU(s) (from {printable(lay.gpu_source)})",
+        f"{len(lay.nics)} RDMA NIC(s)",
+    ]
+    lines = pack(head, width, "", "  ", " · ")
     if topo.problem:
-        lines.append(f"  {printable(topo.problem)}")
+        lines.extend(wrap(printable(topo.problem), width, "  ", "  "))
     switches = lay.switches.text()
-    if switches:
-        lines.append(switches)
+    if switches:  # the two parts on lines of their own if need be, a long bus id list wrapped
+        said = pack(switches, width, "", "  ", " · ")
+        lines.extend(said if max(map(len, said)) <= width else wrap(" · ".join(switches), width, "", "  "))
     groups: dict[int | None, list[Item]] = {}
     for g in lay.gpus:
         groups.setdefault(g.node if g.node in topo.nodes else None, []).append(g)
@@ -241,21 +252,21 @@ def render_text(facts: Mapping[str, Any]) -> str:
         groups.setdefault(n.node if n.node in topo.nodes else None, []).append(n)
     for node in sorted(topo.nodes):
         lines.append("")
-        lines.append(_node_head(lay, node))
-        _render_items(groups.get(node, []), lines, lay.pairs)
+        lines.extend(pack(_node_head(lay, node), width, "", "  ", " · "))
+        _render_items(groups.get(node, []), lines, lay.pairs, width)
     if None in groups:
         lines.append("")
         lines.append("NUMA node unknown")
-        _render_items(groups[None], lines, lay.pairs)
+        _render_items(groups[None], lines, lay.pairs, width)
     if lay.gpus:
         lines.append("")
-        lines.extend(_table(lay))
+        lines.extend(_table(lay, width))
     for note in lay.notes:
-        lines.append(f"note: {printable(note)}")
+        lines.extend(wrap(printable(note), width, "note: ", "  "))
     return "\n".join(lines) + "\n"
 
 
-def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicChoice]) -> None:
+def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicChoice], width: int) -> None:
     if not items:
         lines.append("└── (no GPU or RDMA NIC)")
         return
@@ -263,11 +274,17 @@ def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicCh
     for item in items:
         _insert(root, item, item.path)
     _simplify(root, 0)
-    _render_branch(root, "", lines, pairs)
+    _render_branch(root, "", lines, pairs, width)
 
 
-def _table(lay: Layout) -> list[str]:
-    rows = [("GPU", "bus id", "NUMA node", "local CPUs (allowed)", "NVLink", "nearest RDMA NIC")]
+# The GPU table's headers, and the shorter ones it takes where a row with the long ones would be
+# wider than the output; where even those do not fit, each GPU is a short list of its own.
+HEADERS = ("GPU", "bus id", "NUMA node", "local CPUs (allowed)", "NVLink", "nearest RDMA NIC")
+SHORT_HEADERS = ("GPU", "bus id", "node", "CPUs", "NVLink", "NIC")
+
+
+def _table(lay: Layout, width: int) -> list[str]:
+    rows = []
     for g in lay.gpus:
         if g.node is not None and g.node in lay.topo.nodes:
             local = lay.topo.nodes[g.node].cpus & lay.allowed.cpus
@@ -280,17 +297,24 @@ def _table(lay: Layout) -> list[str]:
         choice = lay.pairs.get(g.bus_id)
         nic = f"{printable(choice.nic.name)} ({printable(choice.relation)})" if choice else "-"
         rows.append((str(g.index if g.index is not None else "?"), printable(g.bus_id), node, cpus, nvlink, nic))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
-    for row in rows:
-        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    for headers in (HEADERS, SHORT_HEADERS):
+        widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+        if sum(widths) + 2 * (len(widths) - 1) <= width:
+            for row in [headers, *rows]:
+                out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+            break
+    else:  # the list form: one GPU's fields, labelled, flowing onto indented lines
+        for row in rows:
+            labelled = [f"GPU {row[0]}", row[1], *(f"{h} {c}" for h, c in zip(SHORT_HEADERS[2:], row[2:]))]
+            out.extend(pack(labelled, width, "", "    ", "  "))
     sources = sorted({g.node_source for g in lay.gpus if g.node_source != "sysfs numa_node"})
     for source in sources:
-        out.append(f"NUMA node from: {printable(source)}")
+        out.extend(wrap(f"NUMA node from: {printable(source)}", width, "", "  "))
     islands = nvlink_island_lists(lay.gpus)
     if islands:
         shown = " · ".join("GPUs " + ",".join(str(i) for i in island) for island in islands)
-        out.append(f"NVLink islands (peer-to-peer over NVLink): {shown}")
+        out.extend(wrap(f"NVLink islands (peer-to-peer over NVLink): {shown}", width, "", "  "))
     return out
 
 

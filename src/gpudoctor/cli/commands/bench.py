@@ -20,7 +20,7 @@ from ..options import (
     output_option,
     root_options,
 )
-from ..output import coloured, style_for, write_output
+from ..output import coloured, output_width, style_for, write_output
 from ..registry import help_text
 
 EPILOG = """\b
@@ -177,7 +177,8 @@ def command(
         write_output(render_json(section, findings), None)
     else:
         style = style_for(sys.stdout, color)
-        write_output(render_text(section, findings, style, snapshot_path=output), None, colour=coloured(style))
+        text = render_text(section, findings, style, snapshot_path=output, width=output_width(sys.stdout))
+        write_output(text, None, colour=coloured(style))
     from ...findings import Severity, Status
 
     if run.status != "ok":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..load import obtain_facts
 from ..options import ProbeOptions, facts_option, format_option, output_option, root_options
-from ..output import write_output
+from ..output import output_width, write_output
 from ..registry import help_text
 
 EPILOG = """\b
@@ -33,4 +35,8 @@ def command(
     from ...render import topo
 
     facts, _origin = obtain_facts(facts_file, probe)
-    write_output(topo.render_json(facts) if fmt == "json" else topo.render_text(facts), output)
+    if fmt == "json":
+        write_output(topo.render_json(facts), output)
+    else:
+        to_file = bool(output and output != "-")
+        write_output(topo.render_text(facts, output_width(sys.stdout, to_file)), output)

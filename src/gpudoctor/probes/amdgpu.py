@@ -45,6 +45,7 @@ from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
 from . import kfd
 from .files import link_name, list_dir, read_bytes, read_int, read_text, resolve_path
+from .pci import BDF_RE
 
 DRM = "/sys/class/drm"
 THRESHOLD_PARAM = "/sys/module/amdgpu/parameters/bad_page_threshold"
@@ -63,7 +64,6 @@ METRICS_V13_THROTTLE = 112
 MAX_METRICS = 1 << 16
 
 _CARD = re.compile(r"^card(\d{1,6})$")
-_BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _TEMP = re.compile(r"^temp(\d{1,2})_input$")
 _RAS_LINE = re.compile(r"^\s*(ue|ce)\s*:\s*(\d{1,20})\s*$")
 _BAD_PAGE = re.compile(r"^\s*0x[0-9a-fA-F]{1,16}\s*:\s*0x[0-9a-fA-F]{1,16}\s*:\s*[RPF]\s*$")
@@ -79,7 +79,7 @@ def _cards(ctx: ProbeContext) -> list[tuple[str, str]] | Unavailable:
     out: dict[str, str] = {}
     for _, name in numbered[:MAX_CARDS]:
         device = resolve_path(ctx, f"{DRM}/{name}/device")
-        if not isinstance(device, str) or not _BDF.match(os.path.basename(device)):
+        if not isinstance(device, str) or not BDF_RE.match(os.path.basename(device)):
             continue  # a partition's platform device, or a link that leads nowhere
         if link_name(ctx, f"{device}/driver") != "amdgpu":
             continue

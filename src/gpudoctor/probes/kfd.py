@@ -16,10 +16,27 @@ from typing import Any
 from ..context import ProbeContext
 from ..facts import Unavailable
 from .files import list_dir, read_text
-from .rocm import MAX_NODES, MAX_PROPERTIES, TOPOLOGY_DIRS
 
-XGMI = 11
+TOPOLOGY_DIRS = ("/sys/class/kfd/kfd/topology/nodes", "/sys/devices/virtual/kfd/kfd/topology/nodes")
+# A node's properties are a few dozen lines; longer files are not those. Nodes looked at, at most
+# (a node per CPU socket and GPU partition), and io_links per node.
+MAX_PROPERTIES = 1 << 16
+MAX_NODES = 1024
 MAX_LINKS = 256
+XGMI = 11
+
+
+def topology_nodes(ctx: ProbeContext) -> tuple[str, list[str]] | Unavailable:
+    """(the topology's nodes directory, its entries) from the first place that has one."""
+    problem: Unavailable | None = None
+    for topology in TOPOLOGY_DIRS:
+        names = list_dir(ctx, topology)
+        if not isinstance(names, Unavailable):
+            return topology, names
+        problem = problem or names
+    if problem is not None and problem.reason == "not_found":
+        return Unavailable("not_found", "no KFD topology (amdgpu/kfd not loaded)")
+    return problem or Unavailable("not_found", "no KFD topology")
 
 
 def _properties(ctx: ProbeContext, path: str) -> dict[str, int] | Unavailable:
@@ -59,28 +76,23 @@ def _xgmi_peers(ctx: ProbeContext, node_dir: str) -> list[int] | Unavailable:
 
 def gpu_nodes(ctx: ProbeContext) -> dict[str, dict[str, Any]] | Unavailable:
     """bus id -> {"node": KFD node number, "xgmi_links": XGMI links to other GPU nodes}."""
-    problem: Unavailable | None = None
-    for topology in TOPOLOGY_DIRS:
-        names = list_dir(ctx, topology)
-        if isinstance(names, Unavailable):
-            problem = problem or names
+    found = topology_nodes(ctx)
+    if isinstance(found, Unavailable):
+        return found
+    topology, names = found
+    stop = ctx.work_deadline()
+    gpus: dict[int, tuple[str, list[int] | Unavailable]] = {}
+    for name in [n for n in names if n.isdecimal()][:MAX_NODES]:
+        if time.monotonic() > stop:
+            return Unavailable("timeout", "the KFD topology was not read in time")
+        props = _properties(ctx, f"{topology}/{name}/properties")
+        if isinstance(props, Unavailable) or props.get("gfx_target_version", 0) <= 0:
             continue
-        stop = ctx.work_deadline()
-        gpus: dict[int, tuple[str, list[int] | Unavailable]] = {}
-        for name in [n for n in names if n.isdecimal()][:MAX_NODES]:
-            if time.monotonic() > stop:
-                return Unavailable("timeout", "the KFD topology was not read in time")
-            props = _properties(ctx, f"{topology}/{name}/properties")
-            if isinstance(props, Unavailable) or props.get("gfx_target_version", 0) <= 0:
-                continue
-            bus = _bus_id(props)
-            if bus is not None:
-                gpus[int(name)] = (bus, _xgmi_peers(ctx, f"{topology}/{name}"))
-        out: dict[str, dict[str, Any]] = {}
-        for node, (bus, peers) in gpus.items():
-            links = peers if isinstance(peers, Unavailable) else len({p for p in peers if p in gpus and p != node})
-            out.setdefault(bus, {"node": node, "xgmi_links": links})
-        return out
-    if problem is not None and problem.reason == "not_found":
-        return Unavailable("not_found", "no KFD topology (amdgpu/kfd not loaded)")
-    return problem or Unavailable("not_found", "no KFD topology")
+        bus = _bus_id(props)
+        if bus is not None:
+            gpus[int(name)] = (bus, _xgmi_peers(ctx, f"{topology}/{name}"))
+    out: dict[str, dict[str, Any]] = {}
+    for node, (bus, peers) in gpus.items():
+        links = peers if isinstance(peers, Unavailable) else len({p for p in peers if p in gpus and p != node})
+        out.setdefault(bus, {"node": node, "xgmi_links": links})
+    return out

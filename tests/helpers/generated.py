@@ -30,8 +30,8 @@ CAPTURED = frozenset({"h200-x2-real"})
 # In this order: the host trees, then the files the later generators add to them (software, NVML
 # answers), then the snapshot pairs probed from the finished hosts.
 GENERATORS = (
-    "make_hosts", "make_numa_hosts", "make_kernel_hosts", "make_ascend_hosts", "make_software", "make_nvml",
-    "make_rate_snapshots", "make_fleet_reports",
+    "make_hosts", "make_numa_hosts", "make_kernel_hosts", "make_ascend_hosts", "make_amd_hosts", "make_software",
+    "make_nvml", "make_rate_snapshots", "make_fleet_reports",
 )
 
 

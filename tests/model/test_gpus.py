@@ -115,3 +115,32 @@ def test_ascend_npus_are_named_npus_numbered_in_bus_order() -> None:
     facts["pci"]["devices"].insert(0, amd)
     labels = [g.label for g in gpus_of(facts)]
     assert labels[0] == "AMD GPU (0000:01:00.0)" and labels[1] == "NPU 0 (0000:42:00.0)"
+
+
+def test_an_amd_gpu_is_joined_with_its_amdgpu_record_by_bus_id() -> None:
+    facts = copy.deepcopy(probed("mi300x-8gpu-healthy"))
+    # the probe's bus ids in another spelling still join
+    facts["amdgpu"]["gpus"][1]["bus_id"] = facts["amdgpu"]["gpus"][1]["bus_id"].upper()
+    gpus = gpus_of(facts)
+    assert [g.vendor for g in gpus] == ["amd"] * 8
+    second = gpus[1]
+    assert second.bus_id == "0000:35:00.0" and second.amd is not None
+    assert second.amd["xgmi_links"] == 7
+    assert second.name == "AMD Instinct MI300X OAM"
+    assert second.memory_total_bytes == 192 << 30
+    subjects = gpu_subjects(facts)
+    assert subjects[1]["amd"]["kfd_node"] == 3
+    assert subjects[1]["memory_total_bytes"] == 192 << 30
+    assert subjects[1]["xgmi_hive_size"] == 8 and subjects[1]["xgmi_hive_max_links"] == 7
+    # an AMD GPU the amdgpu probe did not read (bound to vfio-pci, say): no record, with the reason
+    del facts["amdgpu"]["gpus"][0]
+    first = gpu_subjects(facts)[0]
+    assert gpus_of(facts)[0].amd is None
+    assert isinstance(first["amd"], Unavailable) and first["amd"].reason == "not_found"
+
+
+def test_nvidia_gpus_have_no_amd_record() -> None:
+    facts = probed("healthy-2gpu")
+    assert all(g.amd is None for g in gpus_of(facts))
+    assert all(s["amd"].reason == "not_supported" for s in gpu_subjects(facts))
+    assert all(s["xgmi_hive_size"].reason == "not_supported" for s in gpu_subjects(facts))

@@ -33,6 +33,14 @@ EXPECTED_FAILURES: dict[str, set[tuple[str, str]]] = {
     # torch_npu, the one mismatch (no NVIDIA rule fires on a host without NVIDIA GPUs).
     "ascend-910b-healthy": set(),
     "ascend-torch-npu-mismatch": {("ascend-torch-npu-torch-mismatch", HOST)},
+    # 8 x MI300X (amdgpu's sysfs, no NVML): healthy, nothing fails; one GPU with uncorrectable UMC errors;
+    # 0000:35:00.0 cut off from 0000:15:00.0 and 0000:55:00.0 (all three have fewer XGMI links than the
+    # other five); one GPU's junction 2 °C under its critical limit. A Radeon PRO W7900 capped at 200 W.
+    "mi300x-8gpu-healthy": set(),
+    "mi300x-ras-uncorrectable": {("amd-ras-uncorrectable-errors", "0000:75:00.0")},
+    "mi300x-xgmi-down": {("amd-xgmi-links-down", bus) for bus in ("0000:15:00.0", "0000:35:00.0", "0000:55:00.0")},
+    "mi300x-thermal-throttle": {("amd-junction-near-critical", "0000:b5:00.0")},
+    "radeon-workstation": {("amd-power-cap-below-default", "0000:c3:00.0")},
     # A real capture from a healthy 2 x H200 (NVLink) VM host, UUIDs and serials scrubbed: nothing may fail.
     "h200-x2-real": set(),
     # GPU 1 trained at x8 of x16, still Gen5 in P0: only the width rule.

@@ -19,6 +19,11 @@ says when the chosen GPUs span NUMA nodes or, on a machine with NVLink, NVLink i
 Indices are NVML's, which follow PCI bus order; CUDA numbers GPUs the same way only with
 CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first), so the plan's ``uuids`` are
 the safe form for CUDA_VISIBLE_DEVICES.
+
+On a host with no NVIDIA GPU the candidates are its AMD GPUs, numbered as ROCm numbers them
+(model/topology.py: KFD topology order; HIP honours CUDA_VISIBLE_DEVICES as well as
+HIP_VISIBLE_DEVICES), their free memory amdgpu's mem_info_vram_total less mem_info_vram_used.
+They have no UUID in the facts, utilisation or process count: they rank by free memory.
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ def plan(
             "(gpudoctor does not run npu-smi); pick NPUs with `npu-smi info` and set ASCEND_RT_VISIBLE_DEVICES"
         )
         result.excluded.extend((label, "an Ascend NPU: free memory unknown") for label in npus)
+    amd = not gpus
+    if amd:
+        gpus = _amd_candidates(facts, subjects)
     host = facts.get("host")
     env = host.get("env") if isinstance(host, Mapping) else None
     allowed, note = _visible(env if isinstance(env, Mapping) else {}, gpus)
@@ -143,7 +151,9 @@ def plan(
         bus = g.get("bus_id")
         index, total, used = g.get("index"), g.get("memory_total_bytes"), g.get("memory_used_bytes")
         why = ""
-        if g.get("in_nvml") is not True or not isinstance(index, int):
+        if amd and not isinstance(index, int):
+            why = "not numbered by ROCm (no KFD topology node)"
+        elif not amd and (g.get("in_nvml") is not True or not isinstance(index, int)):
             why = "not listed by NVML"
         elif g.get("lost") is True:
             why = "NVML lost it"
@@ -155,7 +165,7 @@ def plan(
             reason = next((v.reason for v in (total, used) if isinstance(v, Unavailable)), "unknown")
             why = f"memory unknown ({reason})"
         elif not (0 <= used <= total < MAX_BYTES):
-            why = "memory unknown (NVML's total and used figures are impossible)"
+            why = "memory unknown (the total and used figures are impossible)"
         elif g.get("compute_mode") == "prohibited":
             why = "compute mode prohibited"
         elif g.get("compute_mode") == "exclusive_process" and (g.get("processes") or 0) > 0:
@@ -209,6 +219,31 @@ def plan(
         )
     result.chosen.sort(key=lambda c: c.index)
     return result
+
+
+def _amd_candidates(facts: Mapping[str, Any], subjects: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The AMD GPUs' subjects with ROCm's index and amdgpu's used VRAM, as the NVIDIA ones have NVML's."""
+    from ..model.topology import Topology, gpus_from_facts
+
+    index_of = {g.bus_id: g.index for g in gpus_from_facts(facts, Topology(facts))[0]}
+    out: list[dict[str, Any]] = []
+    for subject in subjects:
+        record = subject.get("amd")
+        if subject.get("vendor") != "amd" or not isinstance(record, Mapping):
+            continue
+        bus = subject.get("bus_id")
+        index = index_of.get(bus) if isinstance(bus, str) else None
+        out.append({
+            **subject,
+            "index": index,
+            "label": f"GPU {index} ({bus})" if index is not None else subject.get("label"),
+            "memory_used_bytes": record.get("vram_used_bytes"),
+            "uuid": None,
+            "utilization_gpu_pct": None,
+            "processes": None,
+            "compute_mode": None,
+        })
+    return out
 
 
 # Groupings tried in order for K > 1: GPUs with the same key form a group (None: in no group).

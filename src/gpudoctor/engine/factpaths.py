@@ -15,7 +15,8 @@ from ..schemas import load_schema
 # Sections `gpudoctor gate` adds to the facts before its rules (rules/gate/) judge them; never probed.
 GATE_SECTIONS = ("policy", "device_test", "allreduce")
 SECTIONS = (
-    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "toolkit", "torch", "nvml",
+    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "amdgpu", "toolkit", "torch",
+    "nvml",
     "kernel_log",
     "bench", "counter_rates", *GATE_SECTIONS,
 )
@@ -95,6 +96,18 @@ def subject_schema(kind: str) -> dict[str, Any]:
                     "description": "NUMA node: sysfs numa_node unless -1, else NVML memory affinity",
                 },
                 "pci": {"$ref": "#/$defs/pci_device"},
+                "amd": {
+                    "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/amdgpu_gpu"}],
+                    "description": "this GPU's record of the amdgpu probe (by bus id); not_supported on other GPUs",
+                },
+                "xgmi_hive_size": {
+                    "$ref": "#/$defs/int",
+                    "description": "AMD GPUs sharing this GPU's XGMI hive id (amdgpu.gpus[].xgmi_hive_id)",
+                },
+                "xgmi_hive_max_links": {
+                    "$ref": "#/$defs/int",
+                    "description": "the most KFD XGMI links any GPU of this hive has",
+                },
                 "bench": {
                     "anyOf": [{"$ref": "#/$defs/unavailable"}, {"$ref": "#/$defs/bench_gpu"}],
                     "description": "this GPU's `gpudoctor bench` results (by bus id); not_found without a bench",

@@ -63,17 +63,52 @@ def gpu_subjects(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "pci": dict(gpu.pci or {}),
                     "label": gpu.label,
                     "index": gpu.index,
+                    # an AMD GPU's from the amdgpu probe; NVML's reason otherwise, as the fields above
+                    "name": gpu.name,
+                    "memory_total_bytes": gpu.memory_total_bytes,
                 }
             )
         cpus = gpu.local_cpus
         subject["local_cpus"] = list(cpus) if isinstance(cpus, tuple) else cpus
         subject["numa_node"] = gpu.numa_node
         subject["bench"] = _NO_BENCH
+        subject["amd"] = dict(gpu.amd) if gpu.amd is not None else _not_amd(gpu)
         out.append(subject)
+    _attach_hives(gpus, out)
     _attach_bench(facts, gpus, out)
     _attach_device_test(facts, gpus, out)
     _attach_nvlink_rates(facts, out)
     return out
+
+
+def _not_amd(gpu: Gpu) -> Unavailable:
+    if gpu.vendor == "amd":
+        return Unavailable("not_found", "the amdgpu probe has no record of this GPU (not bound to amdgpu?)")
+    return Unavailable("not_supported", f"not an AMD GPU ({gpu.vendor})")
+
+
+def _attach_hives(gpus: Sequence[Gpu], subjects: list[dict[str, Any]]) -> None:
+    """Each AMD GPU's XGMI hive as the rules compare it: how many GPUs share its hive id
+    (gpu.xgmi_hive_size) and the most XGMI links any of them has (gpu.xgmi_hive_max_links,
+    unavailable when one of them could not be counted: it might have more)."""
+    members: dict[str, list[Any]] = {}
+    for gpu in gpus:
+        hive = gpu.amd.get("xgmi_hive_id") if gpu.amd is not None else None
+        if isinstance(hive, str):
+            members.setdefault(hive, []).append(gpu.amd.get("xgmi_links") if gpu.amd is not None else None)
+    for gpu, subject in zip(gpus, subjects):
+        hive = gpu.amd.get("xgmi_hive_id") if gpu.amd is not None else subject["amd"]
+        if not isinstance(hive, str):
+            none = hive if isinstance(hive, Unavailable) else Unavailable("not_found", "no XGMI hive id")
+            subject["xgmi_hive_size"] = subject["xgmi_hive_max_links"] = none
+            continue
+        links = members[hive]
+        subject["xgmi_hive_size"] = len(links)
+        counted = [n for n in links if isinstance(n, int) and not isinstance(n, bool)]
+        subject["xgmi_hive_max_links"] = (
+            max(counted) if len(counted) == len(links)
+            else Unavailable("not_found", "the XGMI links of a GPU of this hive could not be counted")
+        )
 
 
 _NO_GPU_RATES = Unavailable("not_found", "no counter rates for this GPU")

@@ -7,7 +7,8 @@ the report envelope all read the GPUs through this view rather than joining the 
 
 A value the facts do not have stays Unavailable, with the reason; nothing is guessed into None or
 a default. The raw NVML record and PCI device stay reachable (``nvml``, ``pci``) for the readers
-that need a field the view does not name.
+that need a field the view does not name; so does an AMD GPU's record of the amdgpu probe
+(``amd``, joined by bus id), which gives an AMD GPU its name and memory size.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Gpu:
     nvml: Mapping[str, Any] | None  # the NVML record as probed, read-only; None: NVML lists no such GPU
     pci: Mapping[str, Any] | None  # the sysfs PCI device, read-only; None: not on the PCI bus
     nvml_missing: Unavailable | None  # why this GPU's NVML fields are unavailable (None: it has a record)
+    amd: Mapping[str, Any] | None = None  # the amdgpu probe's record, read-only; None: not an amdgpu GPU
 
     def reading(self, key: str) -> Any:
         """One NVML field of this GPU as probed (absent: None), or why NVML has none for it."""
@@ -96,9 +98,19 @@ def _frozen(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return MappingProxyType(dict(value)) if value is not None else None
 
 
+def amd_gpus(facts: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The amdgpu probe's GPU records by canonical bus id."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for rec in _list(_section(facts, "amdgpu").get("gpus")):
+        if isinstance(rec, Mapping) and isinstance(rec.get("bus_id"), str):
+            out.setdefault(normalise_bus_id(rec["bus_id"]), rec)
+    return out
+
+
 def gpus_of(facts: Mapping[str, Any]) -> tuple[Gpu, ...]:
     """The machine's GPUs: NVML's, in NVML's order, then those only on the PCI bus, by bus id."""
     nvml = _section(facts, "nvml")
+    amd = amd_gpus(facts)
     status = nvml.get("status", "error")
     by_bus = pci_gpus(facts)
     records = [rec for rec in _list(nvml.get("gpus")) if isinstance(rec, Mapping)]
@@ -170,6 +182,7 @@ def gpus_of(facts: Mapping[str, Any]) -> tuple[Gpu, ...]:
                 nvml_missing=missing
                 if nvidia
                 else Unavailable("not_supported", f"NVML covers NVIDIA GPUs only ({vendor})"),
+                amd=amd.get(bus_norm) if vendor == "amd" else None,
             )
         )
     return tuple(out)
@@ -185,8 +198,14 @@ def _gpu(
     nvml: Mapping[str, Any] | None,
     pci: Mapping[str, Any] | None,
     nvml_missing: Unavailable | None,
+    amd: Mapping[str, Any] | None = None,
 ) -> Gpu:
-    def field(key: str, kind: type, what: str) -> Any:
+    def field(key: str, kind: type, what: str, amd_key: str = "") -> Any:
+        if nvml is None and amd is not None and amd_key:
+            value = amd.get(amd_key)
+            if isinstance(value, Unavailable) or (isinstance(value, kind) and not isinstance(value, bool)):
+                return value
+            return Unavailable("not_found", f"the amdgpu probe gave no {what}")
         return _typed(nvml.get(key), kind, what) if nvml is not None else nvml_missing
 
     return Gpu(
@@ -194,16 +213,17 @@ def _gpu(
         bus_id=bus_id,
         index=index,
         uuid=field("uuid", str, "UUID"),
-        name=field("name", str, "name"),
+        name=field("name", str, "name", "product_name"),
         vendor=vendor,
         in_nvml=in_nvml,
         on_pci=pci is not None,
         numa_node=_numa_node(nvml, pci),
         local_cpus=_local_cpus(nvml, pci, nvml_missing),
-        memory_total_bytes=field("memory_total_bytes", int, "memory size"),
+        memory_total_bytes=field("memory_total_bytes", int, "memory size", "vram_total_bytes"),
         nvml=_frozen(nvml),
         pci=_frozen(pci),
         nvml_missing=nvml_missing,
+        amd=_frozen(amd),
     )
 
 
@@ -324,7 +344,9 @@ def gpu_rows(
                 "uuid": _known(g.uuid, str),
                 "name": _known(g.name, str),
                 "memory_total_bytes": _known(g.memory_total_bytes, int),
-                "memory_used_bytes": _known(g.reading("memory_used_bytes"), int),
+                "memory_used_bytes": _known(
+                    g.amd.get("vram_used_bytes") if g.amd is not None else g.reading("memory_used_bytes"), int
+                ),
                 "utilization_gpu_pct": _known(g.reading("utilization_gpu_pct"), int),
                 "failed_checks": list(dict.fromkeys(f.rule_id for f in on_it if f.status is Status.FAIL)),
                 "blocking": any(is_blocking(f) for f in on_it),

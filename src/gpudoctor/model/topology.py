@@ -271,7 +271,8 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
 
     Returns (gpus, source of the list, notes). With NVML answering, the list is NVML's: in a
     container sysfs shows every GPU of the host, NVML only those given to the container. Without
-    NVML it is the NVIDIA display/3D controllers on the PCI bus, numbered in bus order."""
+    NVML it is the NVIDIA display/3D controllers on the PCI bus, numbered in bus order; on a host
+    with none of those, the AMD GPUs of the amdgpu probe, numbered as ROCm numbers them."""
     notes: list[str] = []
     by_bus = pci_gpus(facts)
     gpus: list[GpuInfo] = []
@@ -325,7 +326,10 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
                 "and CUDA (with CUDA_DEVICE_ORDER=PCI_BUS_ID) number them; in a container sysfs may list GPUs "
                 "that were not given to it"
             )
-    others = sorted(b for b, d in by_bus.items() if d.get("vendor") != "nvidia")
+    if not gpus and source == "sysfs":
+        gpus = _amd_gpus(facts, notes)
+    planned = {g.bus_id for g in gpus}
+    others = sorted(b for b, d in by_bus.items() if d.get("vendor") != "nvidia" and b not in planned)
     if others:
         notes.append(f"non-NVIDIA GPU(s) {', '.join(others)} not planned (CUDA device indices cover NVIDIA GPUs only)")
     gpus.sort(key=lambda g: g.bus_id)
@@ -333,6 +337,33 @@ def gpus_from_facts(facts: Mapping[str, Any], topo: Topology) -> tuple[list[GpuI
         gpu.path = pci_components(gpu.pci.get("path")) if gpu.pci else None
         gpu.node, gpu.node_source = resolve_node(gpu, topo)
     return gpus, source, notes
+
+
+def _amd_gpus(facts: Mapping[str, Any], notes: list[str]) -> list[GpuInfo]:
+    """On a host without NVIDIA GPUs, the AMD GPUs the amdgpu probe read, numbered in KFD topology
+    node order: the order the ROCm runtime enumerates its GPU agents in, which HIP's device indices
+    (HIP_VISIBLE_DEVICES, and CUDA_VISIBLE_DEVICES, which HIP honours too) count."""
+    found = [(view.amd.get("kfd_node"), view) for view in gpus_of(facts) if view.amd is not None]
+    found = [(node, view) for node, view in found if type(node) is int and isinstance(view.bus_id, str)]
+    found.sort(key=lambda pair: (pair[0], pair[1].bus_id))
+    out = [
+        GpuInfo(
+            index=position,
+            bus_id=str(view.bus_id),
+            uuid=None,
+            name=_str(view.name),
+            model=_str(view.pci.get("device_id")) if view.pci else None,
+            pci=view.pci,
+            nvml=None,
+        )
+        for position, (_, view) in enumerate(found)
+    ]
+    if out:
+        notes.append(
+            "AMD GPUs from amdgpu's sysfs, numbered in KFD topology order as ROCm numbers them "
+            "(HIP_VISIBLE_DEVICES; HIP also honours CUDA_VISIBLE_DEVICES)"
+        )
+    return out
 
 
 def resolve_node(gpu: GpuInfo, topo: Topology) -> tuple[int | None, str]:

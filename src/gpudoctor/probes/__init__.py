@@ -25,7 +25,7 @@ Collector = Callable[[ProbeContext], Any]
 
 def _collectors() -> dict[str, Collector]:
     # Imported here so that `gpudoctor rules list` never pays for probe imports.
-    from . import ascend, host, kernel_modules, kmsg, modules, numa, pci, rdma, rocm, toolkit, torch
+    from . import amdgpu, ascend, host, kernel_modules, kmsg, modules, numa, pci, rdma, rocm, toolkit, torch
 
     # sysfs first: it cannot hang; torch last of these since it may start an interpreter.
     return {
@@ -37,6 +37,7 @@ def _collectors() -> dict[str, Collector]:
         "kernel_modules": kernel_modules.collect,
         "rocm": rocm.collect,
         "ascend": ascend.collect,
+        "amdgpu": amdgpu.collect,
         "toolkit": toolkit.collect,
         "kernel_log": kmsg.collect,
         "torch": torch.collect,
@@ -44,14 +45,15 @@ def _collectors() -> dict[str, Collector]:
 
 
 ORDER = (
-    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "toolkit", "kernel_log", "nvml",
+    "host", "pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "amdgpu", "toolkit", "kernel_log",
+    "nvml",
     "torch",
 )
 
 # Probes that only read sysfs and procfs files: they wait on no other process, so they still run
 # (milliseconds) once the run's deadline has passed, rather than leave PCIe, NUMA and the
 # driver unknown because a hung interpreter or tool took the time.
-FILE_ONLY = frozenset({"pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend"})
+FILE_ONLY = frozenset({"pci", "numa", "rdma", "modules", "kernel_modules", "rocm", "ascend", "amdgpu"})
 
 
 class Collection:

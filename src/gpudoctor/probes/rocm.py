@@ -22,18 +22,14 @@ from typing import Any
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
 from .files import exists, is_dir, list_dir, read_text, resolve_path
+from .kfd import MAX_NODES, MAX_PROPERTIES, topology_nodes
 
 _ROCM_DIR_VERSION = re.compile(r"^rocm-(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
 _RELEASE = re.compile(r"^(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
-# .info/version is one short line, a node's properties a few dozen; longer files are not those.
+# .info/version is one short line; longer files are not that.
 MAX_INFO_FILE = 1 << 12
-MAX_PROPERTIES = 1 << 16
-# KFD topology nodes looked at, at most (a node per CPU socket and GPU partition).
-MAX_NODES = 1024
 # An environment value longer than PATH_MAX names no directory.
 MAX_ENV_PATH = 4096
-
-TOPOLOGY_DIRS = ("/sys/class/kfd/kfd/topology/nodes", "/sys/devices/virtual/kfd/kfd/topology/nodes")
 
 
 def gfx_name(target_version: int) -> str:
@@ -89,53 +85,48 @@ def _number_suffix(name: str, prefix: str) -> tuple[int, str]:
 
 
 def _gfx_targets(ctx: ProbeContext) -> list[str] | Unavailable:
-    first_problem: Unavailable | None = None
-    for topology in TOPOLOGY_DIRS:
-        nodes = list_dir(ctx, topology)
-        if isinstance(nodes, Unavailable):
-            first_problem = first_problem or nodes
+    found = topology_nodes(ctx)
+    if isinstance(found, Unavailable):
+        return found
+    topology, nodes = found
+    targets: list[str] = []
+    problem: Unavailable | None = None
+    stop = ctx.work_deadline()
+    ordered = sorted(nodes, key=lambda n: _number_suffix(n, ""))
+    for i, node in enumerate(ordered):
+        if i >= MAX_NODES or time.monotonic() > stop:
+            problem = problem or Unavailable(
+                "timeout" if i < MAX_NODES else "not_supported",
+                f"{len(ordered) - i} of the {len(ordered)} KFD topology nodes were not read",
+            )
+            targets = []  # a node not read may hold another target: the list would be short
+            break
+        text = read_text(ctx, f"{topology}/{node}/properties", limit=MAX_PROPERTIES)
+        if isinstance(text, Unavailable):
+            problem = problem or text
             continue
-        targets: list[str] = []
-        problem: Unavailable | None = None
-        stop = ctx.work_deadline()
-        ordered = sorted(nodes, key=lambda n: _number_suffix(n, ""))
-        for i, node in enumerate(ordered):
-            if i >= MAX_NODES or time.monotonic() > stop:
-                problem = problem or Unavailable(
-                    "timeout" if i < MAX_NODES else "not_supported",
-                    f"{len(ordered) - i} of the {len(ordered)} KFD topology nodes were not read",
-                )
-                targets = []  # a node not read may hold another target: the list would be short
-                break
-            text = read_text(ctx, f"{topology}/{node}/properties", limit=MAX_PROPERTIES)
-            if isinstance(text, Unavailable):
-                problem = problem or text
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key != "gfx_target_version":
                 continue
-            for line in text.splitlines():
-                key, _, value = line.partition(" ")
-                if key != "gfx_target_version":
-                    continue
-                try:
-                    if len(value.strip()) > 20:
-                        raise ValueError("too long")
-                    number = int(value.strip())
-                except ValueError:
-                    problem = problem or Unavailable(
-                        "error",
-                        f"{ctx.path(topology)}/{shown(node)}/properties: gfx_target_version {excerpt(value.strip())}",
-                    )
-                    break
-                if number > 0:  # 0: a CPU node
-                    name = gfx_name(number)
-                    if name not in targets:
-                        targets.append(name)
+            try:
+                if len(value.strip()) > 20:
+                    raise ValueError("too long")
+                number = int(value.strip())
+            except ValueError:
+                problem = problem or Unavailable(
+                    "error",
+                    f"{ctx.path(topology)}/{shown(node)}/properties: gfx_target_version {excerpt(value.strip())}",
+                )
                 break
-        if not targets and problem is not None:
-            return problem
-        return targets
-    if first_problem is not None and first_problem.reason == "not_found":
-        return Unavailable("not_found", "no KFD topology (amdgpu/kfd not loaded)")
-    return first_problem or Unavailable("not_found", "no KFD topology")
+            if number > 0:  # 0: a CPU node
+                name = gfx_name(number)
+                if name not in targets:
+                    targets.append(name)
+            break
+    if not targets and problem is not None:
+        return problem
+    return targets
 
 
 def collect(ctx: ProbeContext) -> dict[str, Any]:

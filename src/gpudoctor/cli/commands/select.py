@@ -86,7 +86,7 @@ def command(
         for label, why in selection.excluded:
             click.echo(f"  {printable(label)}: {printable(why)}", err=True)
         if not selection.excluded and not selection.eligible:
-            click.echo("  no NVIDIA GPU found", err=True)
+            click.echo("  no NVIDIA GPU, nor an AMD GPU read through amdgpu, found", err=True)
         sys.exit(1)
     if verbose:
         for c in selection.chosen:

@@ -87,7 +87,7 @@ def test_readme_quick_starts_use_a_virtual_environment_and_match_ci() -> None:
     first, tests = quick_start(0), quick_start(1)
     assert first.startswith("python3 -m venv ") and "pip install ." in first and "gpudoctor check" in first
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    for step in ("python -m pip install -e '.[dev]'", "python -m pytest -q"):
+    for step in ("python -m pip install -e '.[dev]'", "python -m pytest -q -n auto"):
         assert step in tests and step in ci, step
     assert "apt install python3-venv python3-pip" in README and "dnf install python3-pip" in README
 

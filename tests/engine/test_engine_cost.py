@@ -164,13 +164,16 @@ def test_a_large_step_leaves_its_objects_frozen_and_a_small_one_does_not(monkeyp
     gc.unfreeze()
     try:
         gc.collect()
+        # what is frozen already (not always 0: on the H200 host's Python 3.12 a few hundred objects
+        # stayed in the permanent generation after unfreeze) is the baseline
+        before = gc.get_freeze_count()
         with collector.paused():
             small = [[i] for i in range(collector.FREEZE_FROM // 10)]
-        assert gc.isenabled() and gc.get_freeze_count() == 0
+        assert gc.isenabled() and gc.get_freeze_count() == before
         gc.collect()
         with collector.paused():
             large = [[i] for i in range(2 * collector.FREEZE_FROM)]
         assert gc.isenabled()
-        assert gc.get_freeze_count() > len(large) + len(small)  # never walked by a collection again
+        assert gc.get_freeze_count() > before + len(large) + len(small)  # never walked by a collection again
     finally:
         gc.unfreeze()

@@ -202,7 +202,9 @@ def test_four_stand_in_nodes_over_gloo_name_the_slowed_one(tmp_path):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", GROUP_RANK=str(rank), WORLD_SIZE="4")
         env.update(LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port, COLUMNS="80")
         env.update({TEST_SWITCH: "1", TEST_DELAY: "0.2" if rank == 2 else "0"})
-        env.pop("CUDA_VISIBLE_DEVICES", None)
+        # no GPU for the stand-ins: on a GPU host each "node" would pick NCCL on the same one GPU
+        # (NCCL refuses: "Duplicate GPU detected"), as four real nodes never would
+        env["CUDA_VISIBLE_DEVICES"] = ""
         with logs[rank].open("w") as out, logs[rank].with_suffix(".err").open("w") as err:
             procs.append(subprocess.Popen([sys.executable, "-m", "gpudoctor", *args], env=env, stdout=out, stderr=err))
     codes = [proc.wait(timeout=180) for proc in procs]

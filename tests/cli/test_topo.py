@@ -171,3 +171,33 @@ def test_hosts_without_nvswitches_show_no_nvswitch_line(capsys, tmp_path):
     code, out, _ = cli(capsys, "topo", "--facts", str(snapshot))
     assert code == 0
     assert "\nNVSwitches: 4 · fabric manager (nv-fabricmanager): unknown (no permission)\n" in out
+
+
+def test_amd_host_shows_its_xgmi_hive_and_the_gpus_that_lost_links(capsys):
+    # mi300x-xgmi-down: GPU 1 (0000:35:00.0) lost its links to GPUs 0 and 2, so 0 and 2 lost one each
+    code, out, err = cli(capsys, "topo", "--root", str(HOSTS / "mi300x-xgmi-down"))
+    assert code == 0, err
+    assert "│   └── GPU 1  0000:35:00.0  AMD Instinct MI300X OAM  Gen5 x16  XGMI 5/7  → mlx5_0" in out
+    table = section(out, "GPU  bus id")
+    assert table[0].split() == ["GPU", "bus", "id", "node", "CPUs", "XGMI", "NIC"]
+    assert [row.split()[4] for row in table[1:9]] == ["6/7", "5/7", "6/7", "7/7", "7/7", "7/7", "7/7", "7/7"]
+    assert "XGMI hive 0x4c2a8f31d6e0b7a5 (peer-to-peer over XGMI): GPUs 0,1,2,3,4,5,6,7, up to 7 links a GPU" in out
+    assert "XGMI links down: GPU 0 has 6 of 7, GPU 1 has 5 of 7, GPU 2 has 6 of 7" in out
+    healthy = cli(capsys, "topo", "--root", str(HOSTS / "mi300x-8gpu-healthy"))[1]
+    assert "XGMI hive 0x4c2a8f31d6e0b7a5" in healthy and "XGMI links down" not in healthy
+
+
+def test_amd_host_json_gives_each_gpus_xgmi_links_and_the_hive(capsys):
+    code, out, _ = cli(capsys, "topo", "--root", str(HOSTS / "mi300x-xgmi-down"), "--format", "json")
+    assert code == 0
+    view = json.loads(out)
+    assert view["xgmi_hives"] == [{"hive_id": "0x4c2a8f31d6e0b7a5", "gpus": list(range(8)), "max_links": 7}]
+    assert {g["index"]: g["xgmi_links"] for g in view["gpus"]} == {0: 6, 1: 5, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7}
+    radeon = json.loads(cli(capsys, "topo", "--root", str(HOSTS / "radeon-workstation"), "--format", "json")[1])
+    assert radeon["xgmi_hives"] == [] and radeon["gpus"][0]["xgmi_links"] == 0
+
+
+def test_nvidia_host_keeps_its_nvlink_column(capsys):
+    out = cli(capsys, "topo", "--root", str(HOSTS / "nvlink-down-8gpu"))[1]
+    assert "  local CPUs (allowed)  NVLink  nearest RDMA NIC" in section(out, "GPU  bus id")[0]
+    assert "XGMI" not in out

@@ -144,3 +144,17 @@ def test_nvidia_gpus_have_no_amd_record() -> None:
     assert all(g.amd is None for g in gpus_of(facts))
     assert all(s["amd"].reason == "not_supported" for s in gpu_subjects(facts))
     assert all(s["xgmi_hive_size"].reason == "not_supported" for s in gpu_subjects(facts))
+
+
+def test_xgmi_hives_group_by_hive_id_and_know_the_most_links_only_when_all_were_counted() -> None:
+    from gpudoctor.model.gpus import XgmiHive, xgmi_hives
+
+    records = [
+        {"xgmi_hive_id": "0xa", "xgmi_links": 7},
+        None,  # an NVIDIA GPU
+        {"xgmi_hive_id": "0xb", "xgmi_links": 1},
+        {"xgmi_hive_id": "0xa", "xgmi_links": 5},
+        {"xgmi_hive_id": "0xb", "xgmi_links": Unavailable("error", "an io_link unreadable")},
+        {"xgmi_hive_id": Unavailable("not_supported", "in no hive"), "xgmi_links": 0},
+    ]
+    assert xgmi_hives(records) == [XgmiHive("0xa", (0, 3), 7), XgmiHive("0xb", (2, 4), None)]

@@ -56,9 +56,10 @@ def test_mi300x_node(mi300x: Path) -> None:
     assert (g["temp_junction_c"], g["temp_junction_crit_c"], g["temp_junction_emergency_c"]) == (46, 105, 110)
     assert reason(g["temp_edge_c"]) == "not_found"  # the MI300X has no edge sensor
     assert (g["power_cap_w"], g["power_cap_default_w"]) == (750, 750)
-    # table 1.5: the header is read, the throttle status is not (its layout is not cited)
+    # table 1.5: the header is read; its throttle status is not, since smu_v13_0_6 always writes 0 there
     assert g["gpu_metrics_version"] == "1.5"
     assert reason(g["indep_throttle_status"]) == "not_supported"
+    assert "the driver writes 0 as its throttle status" in g["indep_throttle_status"].detail
     assert g["vram_total_bytes"] == 192 << 30
     assert (g["ras_ue_total"], g["ras_ce_total"], g["bad_pages"]) == (0, 0, 0)
     assert {b["block"] for b in g["ras_blocks"]} == set(amd_hosts.RAS_BLOCKS)
@@ -111,6 +112,8 @@ def test_gpu_metrics_v13_throttle_status_at_byte_112(radeon: Path) -> None:
         (b"\x78\x00", "error"),  # shorter than the header
         (struct.pack("<HBB", 96, 1, 3) + bytes(92), "error"),  # a 1.3 table too short for the field
         (struct.pack("<HBB", 120, 2, 2) + bytes(116), "not_supported"),  # an APU's table
+        # an MI300's table 1.4 with bits set where table 1.3 has indep_throttle_status: not read as it
+        (struct.pack("<HBB", 280, 1, 4) + bytes(108) + struct.pack("<Q", 1 << 36) + bytes(160), "not_supported"),
     ],
 )
 def test_gpu_metrics_other_tables(radeon: Path, content: bytes, why: str) -> None:

@@ -1,7 +1,8 @@
 """`topo` text fits the width (issue 15 item 2): the head lines and a device's parts flow onto
 indented lines (in the tree under the device, the tree's lines carried on); the GPU table takes
 short headers, then becomes one short list per GPU, where a row would not fit. Goldens at 60, 80
-and 120 columns of three 8-GPU fixture hosts and the real two-H200 VM."""
+and 120 columns of three 8-GPU fixture hosts, the real two-H200 VM and the MI300X host with XGMI
+links down."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.conftest import HOSTS
 from tests.helpers.golden import GOLDEN, check
 from tests.helpers.width import run_at, too_wide
 
-HOSTS_SHOWN = ("numa-dgx-8gpu", "nvswitch-8gpu", "rdma-8nic", "h200-x2-real")
+HOSTS_SHOWN = ("numa-dgx-8gpu", "nvswitch-8gpu", "rdma-8nic", "h200-x2-real", "mi300x-xgmi-down")
 
 
 @pytest.mark.parametrize("width", (60, 80, 120))

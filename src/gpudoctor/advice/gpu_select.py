@@ -21,9 +21,14 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first), so the plan's
 the safe form for CUDA_VISIBLE_DEVICES.
 
 On a host with no NVIDIA GPU the candidates are its AMD GPUs, numbered as ROCm numbers them
-(model/topology.py: KFD topology order; HIP honours CUDA_VISIBLE_DEVICES as well as
-HIP_VISIBLE_DEVICES), their free memory amdgpu's mem_info_vram_total less mem_info_vram_used.
-They have no UUID in the facts, utilisation or process count: they rank by free memory.
+(model/topology.py: KFD topology order), their free memory amdgpu's mem_info_vram_total less
+mem_info_vram_used. They have no UUID in the facts, utilisation or process count: they rank by
+free memory. The ROCm runtime applies ROCR_VISIBLE_DEVICES first (indices into all its GPUs, or
+UUIDs) and HIP numbers the GPUs it leaves 0, 1, ... in its order; HIP_VISIBLE_DEVICES and
+CUDA_VISIBLE_DEVICES index that list (ROCm documentation, "GPU isolation techniques":
+https://rocm.docs.amd.com/en/docs-6.1.2/conceptual/gpu-isolation.html). So a set
+ROCR_VISIBLE_DEVICES narrows the choice and renumbers it (the printed indices are HIP's, for
+HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES), and either of the other two narrows it further.
 """
 
 from __future__ import annotations
@@ -108,8 +113,61 @@ def _visible(env: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> tuple
         if len(match) != 1:
             break  # CUDA stops at the first entry it cannot use
         allowed.add(str(match[0]["bus_id"]))
-    shown = raw if len(raw) <= 80 else f"{shown_excerpt(raw, 80)} ({len(raw)} characters)"  # of any length
-    return allowed, f"only GPUs in CUDA_VISIBLE_DEVICES={shown} were considered"
+    return allowed, f"only GPUs in CUDA_VISIBLE_DEVICES={_shown(raw)} were considered"
+
+
+def _shown(raw: str) -> str:
+    return raw if len(raw) <= 80 else f"{shown_excerpt(raw, 80)} ({len(raw)} characters)"  # of any length
+
+
+@dataclass
+class AmdVisible:
+    """What the visible-devices variables leave of an AMD host's GPUs: per GPU they hide, the
+    variable that hides it; the index HIP gives each GPU it sees (ROCm's own when
+    ROCR_VISIBLE_DEVICES is unset); why no GPU can be numbered (ROCR_VISIBLE_DEVICES names GPUs by
+    UUID, which the facts do not have), and notes."""
+
+    hidden: dict[str, str] = field(default_factory=dict)
+    hip_index: dict[str, int] = field(default_factory=dict)
+    unnumbered: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _amd_visible(env: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> AmdVisible:
+    from ..engine.helpers.devices import amd_visible_entries  # as plan imports the engine: when used
+
+    out = AmdVisible()
+    order = sorted((g for g in gpus if isinstance(g.get("index"), int)), key=lambda g: int(g["index"]))
+    out.hip_index = {str(g["bus_id"]): int(g["index"]) for g in order}
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        raw = env.get(name)
+        if not isinstance(raw, str):
+            continue
+        entries, problem = amd_visible_entries(raw, len(order))
+        said = f"{name}={_shown(raw)}"
+        if any(not e.isdecimal() for e in entries):  # a GPU- UUID
+            if name == "ROCR_VISIBLE_DEVICES":
+                out.unnumbered = f"{name} names GPUs by UUID: which GPUs HIP sees, and their indices, are unknown"
+                return out
+            out.notes.append(f"{said} names GPUs by UUID; it was not used to narrow the choice")
+            continue
+        picked = [order[int(e)] for e in entries]
+        kept = {str(g["bus_id"]) for g in picked}
+        for g in order:
+            if str(g["bus_id"]) not in kept:
+                out.hidden.setdefault(str(g["bus_id"]), name)
+        note = f"only GPUs in {said} were considered"
+        if not raw.strip():
+            note += " (it is empty, which hides every GPU)"
+        elif problem:
+            note += f" (the runtime ignores the entries from the one it cannot use: {problem})"
+        if name == "ROCR_VISIBLE_DEVICES":
+            order = picked  # HIP sees these only, and numbers them in this order
+            out.hip_index = {str(g["bus_id"]): i for i, g in enumerate(order)}
+            renumbered = ", ".join(f"GPU {g['index']} is {i}" for i, g in enumerate(order))
+            note += "; HIP numbers them from 0, and so does what is printed" + (f": {renumbered}" if renumbered else "")
+        out.notes.append(note)
+    return out
 
 
 def plan(
@@ -138,9 +196,15 @@ def plan(
         gpus = _amd_candidates(facts, subjects)
     host = facts.get("host")
     env = host.get("env") if isinstance(host, Mapping) else None
-    allowed, note = _visible(env if isinstance(env, Mapping) else {}, gpus)
-    if note:
-        result.notes.append(note)
+    env = env if isinstance(env, Mapping) else {}
+    visible = _amd_visible(env, gpus) if amd else None
+    allowed: set[str] | None = None
+    if visible is not None:
+        result.notes.extend(visible.notes)
+    else:
+        allowed, note = _visible(env, gpus)
+        if note:
+            result.notes.append(note)
     failed: dict[str, list[str]] = {}
     for f in findings:
         if f.subject.kind == "gpu" and f.status is Status.FAIL and f.severity.rank >= fail_on.rank and f.subject.bus_id:
@@ -153,10 +217,14 @@ def plan(
         why = ""
         if amd and not isinstance(index, int):
             why = "not numbered by ROCm (no KFD topology node)"
+        elif visible is not None and visible.unnumbered:
+            why = visible.unnumbered
         elif not amd and (g.get("in_nvml") is not True or not isinstance(index, int)):
             why = "not listed by NVML"
         elif g.get("lost") is True:
             why = "NVML lost it"
+        elif visible is not None and bus in visible.hidden:
+            why = f"not in {visible.hidden[bus]}"
         elif allowed is not None and bus not in allowed:
             why = "not in CUDA_VISIBLE_DEVICES"
         elif isinstance(bus, str) and bus in failed:
@@ -176,6 +244,8 @@ def plan(
             result.excluded.append((label, why))
             continue
         assert isinstance(index, int) and isinstance(total, int) and isinstance(used, int)
+        if visible is not None:
+            index = visible.hip_index.get(str(bus), index)
         numa = g.get("numa_node")
         util, procs = g.get("utilization_gpu_pct"), g.get("processes")
         uuid = g.get("uuid")

@@ -411,7 +411,7 @@ def plan_numa(
         notes=notes,
     )
     if not gpus:
-        warnings.append("no NVIDIA GPU found (neither NVML nor the PCI bus lists one): nothing to bind")
+        warnings.append("no GPU found (NVML, the PCI bus and amdgpu list no NVIDIA or AMD GPU): nothing to bind")
     if topo.problem:
         warnings.append(f"{topo.problem}: no binding can be planned")
         for b in plan.bindings:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..facts import Unavailable
 from ..findings import HOST, Subject, bounded_subject
 from ..model.bus_ids import normalise_bus_id
-from ..model.gpus import Gpu, gpus_of, match_gpu
+from ..model.gpus import Gpu, gpus_of, match_gpu, xgmi_hives
 from ..model.nics import nics_from_facts, pair_nics
 from ..model.topology import Topology, gpus_from_facts
 from . import factpaths
@@ -91,24 +91,17 @@ def _attach_hives(gpus: Sequence[Gpu], subjects: list[dict[str, Any]]) -> None:
     """Each AMD GPU's XGMI hive as the rules compare it: how many GPUs share its hive id
     (gpu.xgmi_hive_size) and the most XGMI links any of them has (gpu.xgmi_hive_max_links,
     unavailable when one of them could not be counted: it might have more)."""
-    members: dict[str, list[Any]] = {}
-    for gpu in gpus:
-        hive = gpu.amd.get("xgmi_hive_id") if gpu.amd is not None else None
-        if isinstance(hive, str):
-            members.setdefault(hive, []).append(gpu.amd.get("xgmi_links") if gpu.amd is not None else None)
-    for gpu, subject in zip(gpus, subjects):
-        hive = gpu.amd.get("xgmi_hive_id") if gpu.amd is not None else subject["amd"]
-        if not isinstance(hive, str):
-            none = hive if isinstance(hive, Unavailable) else Unavailable("not_found", "no XGMI hive id")
-            subject["xgmi_hive_size"] = subject["xgmi_hive_max_links"] = none
-            continue
-        links = members[hive]
-        subject["xgmi_hive_size"] = len(links)
-        counted = [n for n in links if isinstance(n, int) and not isinstance(n, bool)]
-        subject["xgmi_hive_max_links"] = (
-            max(counted) if len(counted) == len(links)
-            else Unavailable("not_found", "the XGMI links of a GPU of this hive could not be counted")
-        )
+    for subject in subjects:
+        hive = subject["amd"].get("xgmi_hive_id") if isinstance(subject["amd"], dict) else subject["amd"]
+        none = hive if isinstance(hive, Unavailable) else Unavailable("not_found", "no XGMI hive id")
+        subject["xgmi_hive_size"] = subject["xgmi_hive_max_links"] = none
+    for hive in xgmi_hives([gpu.amd for gpu in gpus]):
+        for place in hive.members:
+            subjects[place]["xgmi_hive_size"] = len(hive.members)
+            subjects[place]["xgmi_hive_max_links"] = (
+                hive.max_links if hive.max_links is not None
+                else Unavailable("not_found", "the XGMI links of a GPU of this hive could not be counted")
+            )
 
 
 _NO_GPU_RATES = Unavailable("not_found", "no counter rates for this GPU")

@@ -377,3 +377,30 @@ def nvlink_islands(gpus: Sequence[Mapping[str, Any]]) -> dict[int, int]:
                 a, b = find(index), find(peer)
                 parent[max(a, b)] = min(a, b)
     return {i: find(i) for i in list(parent)}
+
+
+@dataclass(frozen=True)
+class XgmiHive:
+    """AMD GPUs that share an XGMI hive id: their places in the list given to xgmi_hives, and the
+    most XGMI links any of them has (None when one member's links could not be counted: it might
+    have more). A GPU of the hive with fewer links than that has lost some."""
+
+    hive_id: str
+    members: tuple[int, ...]
+    max_links: int | None
+
+
+def xgmi_hives(records: Sequence[Mapping[str, Any] | None]) -> list[XgmiHive]:
+    """The XGMI hives among these amdgpu probe records (None: not an AMD GPU), in the order of
+    their first member. The rules (engine/subjects) and the topology view both count from here."""
+    members: dict[str, list[tuple[int, Any]]] = {}
+    for place, record in enumerate(records):
+        hive = record.get("xgmi_hive_id") if record is not None else None
+        if record is not None and isinstance(hive, str):
+            members.setdefault(hive, []).append((place, record.get("xgmi_links")))
+    hives = []
+    for hive, found in members.items():
+        counted = [n for _, n in found if isinstance(n, int) and not isinstance(n, bool)]
+        most = max(counted) if len(counted) == len(found) else None
+        hives.append(XgmiHive(hive, tuple(place for place, _ in found), most))
+    return hives

@@ -250,6 +250,7 @@ class GpuInfo:
     node: int | None = None
     node_source: str = ""
     path: list[str] | None = None
+    amd: Mapping[str, Any] | None = None  # the amdgpu probe's record of an AMD GPU
 
     @property
     def label(self) -> str:
@@ -260,6 +261,9 @@ class GpuInfo:
 
     def pci_int(self, key: str) -> int | None:
         return _int(self.pci.get(key)) if self.pci else None
+
+    def amd_int(self, key: str) -> int | None:
+        return _int(self.amd.get(key)) if self.amd else None
 
 
 def nvml_ok(facts: Mapping[str, Any]) -> bool:
@@ -355,6 +359,7 @@ def _amd_gpus(facts: Mapping[str, Any], notes: list[str]) -> list[GpuInfo]:
             model=_str(view.pci.get("device_id")) if view.pci else None,
             pci=view.pci,
             nvml=None,
+            amd=view.amd,
         )
         for position, (_, view) in enumerate(found)
     ]

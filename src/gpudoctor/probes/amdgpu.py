@@ -14,8 +14,12 @@ makes that fact Unavailable, never the GPU):
   where ``uint64_t indep_throttle_status`` is the last field, at byte 112 of the 120 (natural C
   alignment, little endian); its bits are the SMU_THROTTLER_*_BIT of
   drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h (power 0-7, current 16-23, temperature
-  32-47, other 56-57). Other tables (1.4 and 1.5 of the MI300 series among them) are not
-  parsed: not_supported.
+  32-47, other 56-57). Tables 1.4 and 1.5 (the MI300 series) have no indep_throttle_status:
+  their ``uint32_t throttle_status`` is ASIC-dependent, and the driver that writes them
+  (drivers/gpu/drm/amd/pm/swsmu/smu13/smu_v13_0_6_ppt.c, smu_v13_0_6_get_gpu_metrics) sets it
+  to 0 ("Throttle status is not reported through metrics now"): a 0 there says nothing, so it is
+  not read (not_supported, with that reason). Later tables' throttler residencies are
+  accumulated counts, which need two samples; other tables are not parsed either.
 - ``mem_info_vram_total``, ``mem_info_vram_used`` (bytes). Kernel docs, "GPU Memory Usage
   Information": https://docs.kernel.org/gpu/amdgpu/driver-misc.html
 - ``ras/<block>_err_count`` ("ue: N" and "ce: N" lines; newer kernels add "de: N", ignored) and
@@ -61,6 +65,8 @@ BAD_PAGE_COVER = 100 * 1024 * 1024
 # gpu_metrics v1.3: 120 bytes, indep_throttle_status the u64 at 112.
 METRICS_V13_SIZE = 120
 METRICS_V13_THROTTLE = 112
+# gpu_metrics tables of the MI300 series whose throttle status the driver leaves 0 (see above).
+MI300_TABLES = ((1, 4), (1, 5))
 MAX_METRICS = 1 << 16
 
 _CARD = re.compile(r"^card(\d{1,6})$")
@@ -134,7 +140,13 @@ def _metrics(ctx: ProbeContext, device: str) -> dict[str, Any]:
     size, major, minor = struct.unpack_from("<HBB", raw, 0)
     version = f"{major}.{minor}"
     throttle: int | Unavailable
-    if (major, minor) != (1, 3):
+    if (major, minor) in MI300_TABLES:
+        throttle = Unavailable(
+            "not_supported",
+            f"gpu_metrics table {version} (MI300 series): the driver writes 0 as its throttle status "
+            "(smu_v13_0_6_ppt.c: not reported through metrics), so it cannot tell throttling",
+        )
+    elif (major, minor) != (1, 3):
         throttle = Unavailable("not_supported", f"gpu_metrics table {version}: only table 1.3's layout is read")
     elif size < METRICS_V13_SIZE or len(raw) < METRICS_V13_SIZE:
         throttle = Unavailable("error", f"{ctx.path(path)}: table 1.3 of {min(size, len(raw))} bytes, not 120")

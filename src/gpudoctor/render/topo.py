@@ -1,6 +1,7 @@
 """The topology view (`gpudoctor topo`): which GPU and NIC sits on which NUMA node, behind which
 PCIe host bridge and switch, with the node's CPUs; the NVSwitches on the bus and whether the fabric
-manager runs; text (a tree per node, then a table) or JSON.
+manager runs; an AMD host's XGMI hives and each GPU's XGMI links against the most any GPU of its
+hive has (fewer: links down); text (a tree per node, then a table) or JSON.
 
 Formatting only: the layout comes from model.topology and model.nics, read from the facts. In the text,
 every name from the facts (hostname, device, bus and interface names, notes) goes through
@@ -15,6 +16,7 @@ from typing import Any, Mapping, Union
 
 from ..escaping import printable
 from ..facts import Unavailable
+from ..model.gpus import XgmiHive, xgmi_hives
 from ..model.nics import RELATIONS, NicChoice, NicInfo, nics_from_facts, pair_nics
 from ..model.topology import GpuInfo, Topology, allowed_cpus, cpulist, gpus_from_facts
 from .layout import pack, wrap
@@ -35,6 +37,22 @@ class Layout:
     allowed: Any
     notes: list[str]
     switches: NvSwitches = field(default_factory=lambda: NvSwitches(None, [], None, None))
+    hives: list[XgmiHive] = field(default_factory=list)  # members are places in ``gpus``
+
+    def xgmi(self, gpu: GpuInfo) -> tuple[int, int | None] | None:
+        """(XGMI links, the most any GPU of its hive has: None when unknown) of a GPU in a hive
+        whose links were counted; None for any other GPU."""
+        links = gpu.amd_int("xgmi_links")
+        for hive in self.hives:
+            if links is not None and any(self.gpus[p] is gpu for p in hive.members):
+                return links, hive.max_links
+        return None
+
+    @property
+    def link_header(self) -> str:
+        """The links column's header: XGMI on a host of AMD GPUs (gpus_from_facts lists them only
+        where it lists no NVIDIA GPU), NVLink otherwise."""
+        return "XGMI" if any(g.amd is not None for g in self.gpus) else "NVLink"
 
 
 @dataclass
@@ -103,6 +121,7 @@ def layout(facts: Mapping[str, Any]) -> Layout:
         allowed=allowed_cpus(facts, topo),
         notes=notes,
         switches=NvSwitches.from_facts(facts),
+        hives=xgmi_hives([g.amd for g in gpus]),
     )
 
 
@@ -142,7 +161,16 @@ def _simplify(branch: _Branch, depth: int) -> None:
             del branch.children[key]
 
 
-def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> list[str]:
+def _xgmi_text(lay: Layout, g: GpuInfo) -> str | None:
+    """"5/7": the GPU's XGMI links of the most any GPU of its hive has; "5" when that is unknown."""
+    found = lay.xgmi(g)
+    if found is None:
+        return None
+    links, most = found
+    return f"{links}/{most}" if most is not None else str(links)
+
+
+def _gpu_line(g: GpuInfo, lay: Layout) -> list[str]:
     parts = [f"GPU {g.index if g.index is not None else '?'}", printable(g.bus_id)]
     if g.name:
         parts.append(printable(g.name))
@@ -152,7 +180,10 @@ def _gpu_line(g: GpuInfo, pairs: Mapping[str, NicChoice]) -> list[str]:
     active, links = g.nvml_int("nvlink_active"), g.nvml_int("nvlink_links")
     if active is not None and links:
         parts.append(f"NVLink {active}/{links}")
-    choice = pairs.get(g.bus_id)
+    xgmi = _xgmi_text(lay, g)
+    if xgmi is not None:
+        parts.append(f"XGMI {xgmi}")
+    choice = lay.pairs.get(g.bus_id)
     if choice is not None:
         parts.append(f"→ {printable(choice.nic.name)}")
     return parts
@@ -183,7 +214,7 @@ def _sort_key(entry: Any) -> str:
 
 
 def _render_branch(
-    branch: _Branch, prefix: str, lines: list[str], pairs: Mapping[str, NicChoice], width: int
+    branch: _Branch, prefix: str, lines: list[str], lay: Layout, width: int
 ) -> None:
     entries: list[Any] = [*branch.items, *branch.children.values()]
     entries.sort(key=_sort_key)
@@ -193,9 +224,9 @@ def _render_branch(
         below = prefix + ("    " if last else "│   ")
         if isinstance(entry, _Branch):
             lines.append(prefix + connector + _label(entry))
-            _render_branch(entry, below, lines, pairs, width)
+            _render_branch(entry, below, lines, lay, width)
         else:  # a device's parts flow onto lines under it, the tree's lines carried on
-            parts = _gpu_line(entry, pairs) if isinstance(entry, GpuInfo) else _nic_line(entry)
+            parts = _gpu_line(entry, lay) if isinstance(entry, GpuInfo) else _nic_line(entry)
             lines.extend(pack(parts, width, prefix + connector, below + "  ", "  "))
 
 
@@ -253,11 +284,11 @@ def render_text(facts: Mapping[str, Any], width: int = 100) -> str:
     for node in sorted(topo.nodes):
         lines.append("")
         lines.extend(pack(_node_head(lay, node), width, "", "  ", " · "))
-        _render_items(groups.get(node, []), lines, lay.pairs, width)
+        _render_items(groups.get(node, []), lines, lay, width)
     if None in groups:
         lines.append("")
         lines.append("NUMA node unknown")
-        _render_items(groups[None], lines, lay.pairs, width)
+        _render_items(groups[None], lines, lay, width)
     if lay.gpus:
         lines.append("")
         lines.extend(_table(lay, width))
@@ -266,7 +297,7 @@ def render_text(facts: Mapping[str, Any], width: int = 100) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicChoice], width: int) -> None:
+def _render_items(items: list[Item], lines: list[str], lay: Layout, width: int) -> None:
     if not items:
         lines.append("└── (no GPU or RDMA NIC)")
         return
@@ -274,11 +305,12 @@ def _render_items(items: list[Item], lines: list[str], pairs: Mapping[str, NicCh
     for item in items:
         _insert(root, item, item.path)
     _simplify(root, 0)
-    _render_branch(root, "", lines, pairs, width)
+    _render_branch(root, "", lines, lay, width)
 
 
 # The GPU table's headers, and the shorter ones it takes where a row with the long ones would be
-# wider than the output; where even those do not fit, each GPU is a short list of its own.
+# wider than the output; where even those do not fit, each GPU is a short list of its own. The
+# links column says XGMI instead of NVLink on an AMD host (Layout.link_header).
 HEADERS = ("GPU", "bus id", "NUMA node", "local CPUs (allowed)", "NVLink", "nearest RDMA NIC")
 SHORT_HEADERS = ("GPU", "bus id", "node", "CPUs", "NVLink", "NIC")
 
@@ -293,12 +325,13 @@ def _table(lay: Layout, width: int) -> list[str]:
         else:
             cpus, node = "?", "?"
         active, links = g.nvml_int("nvlink_active"), g.nvml_int("nvlink_links")
-        nvlink = f"{active}/{links}" if active is not None and links else "-"
+        nvlink = f"{active}/{links}" if active is not None and links else _xgmi_text(lay, g) or "-"
         choice = lay.pairs.get(g.bus_id)
         nic = f"{printable(choice.nic.name)} ({printable(choice.relation)})" if choice else "-"
         rows.append((str(g.index if g.index is not None else "?"), printable(g.bus_id), node, cpus, nvlink, nic))
     out = []
-    for headers in (HEADERS, SHORT_HEADERS):
+    short = (*SHORT_HEADERS[:4], lay.link_header, SHORT_HEADERS[5])
+    for headers in ((*HEADERS[:4], lay.link_header, HEADERS[5]), short):
         widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
         if sum(widths) + 2 * (len(widths) - 1) <= width:
             for row in [headers, *rows]:
@@ -306,7 +339,7 @@ def _table(lay: Layout, width: int) -> list[str]:
             break
     else:  # the list form: one GPU's fields, labelled, flowing onto indented lines
         for row in rows:
-            labelled = [f"GPU {row[0]}", row[1], *(f"{h} {c}" for h, c in zip(SHORT_HEADERS[2:], row[2:]))]
+            labelled = [f"GPU {row[0]}", row[1], *(f"{h} {c}" for h, c in zip(short[2:], row[2:]))]
             out.extend(pack(labelled, width, "", "    ", "  "))
     sources = sorted({g.node_source for g in lay.gpus if g.node_source != "sysfs numa_node"})
     for source in sources:
@@ -315,6 +348,28 @@ def _table(lay: Layout, width: int) -> list[str]:
     if islands:
         shown = " · ".join("GPUs " + ",".join(str(i) for i in island) for island in islands)
         out.extend(wrap(f"NVLink islands (peer-to-peer over NVLink): {shown}", width, "", "  "))
+    out.extend(_hive_lines(lay, width))
+    return out
+
+
+def _index(g: GpuInfo) -> str:
+    return str(g.index) if g.index is not None else printable(g.bus_id)
+
+
+def _hive_lines(lay: Layout, width: int) -> list[str]:
+    """Per XGMI hive its GPUs and the most links one has, then the GPUs with fewer (links down)."""
+    out: list[str] = []
+    for hive in lay.hives:
+        members = sorted((lay.gpus[p] for p in hive.members), key=lambda g: (g.index is None, g.index or 0))
+        most = f"up to {hive.max_links} links a GPU" if hive.max_links is not None else "links not all counted"
+        shown = ",".join(_index(g) for g in members)
+        text = f"XGMI hive {printable(hive.hive_id)} (peer-to-peer over XGMI): GPUs {shown}, {most}"
+        out.extend(wrap(text, width, "", "  "))
+        down = [(g, lay.xgmi(g)) for g in members]
+        fewer = [f"GPU {_index(g)} has {found[0]} of {found[1]}" for g, found in down
+                 if found is not None and found[1] is not None and found[0] < found[1]]
+        if fewer:
+            out.extend(wrap(f"XGMI links down: {', '.join(fewer)}", width, "", "  "))
     return out
 
 
@@ -363,6 +418,9 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
             "nvlink_links": g.nvml_int("nvlink_links"),
             "nvlink_peers": g.nvml.get("nvlink_peers") if g.nvml and isinstance(g.nvml.get("nvlink_peers"), list)
             else None,
+            "xgmi_hive_id": g.amd.get("xgmi_hive_id") if g.amd and isinstance(g.amd.get("xgmi_hive_id"), str)
+            else None,
+            "xgmi_links": g.amd_int("xgmi_links"),
             "nearest_nic": None
             if choice is None
             else {"rdma_device": choice.nic.name, "bus_id": choice.nic.bus_id, "relation": choice.relation},
@@ -394,6 +452,14 @@ def to_json(facts: Mapping[str, Any]) -> dict[str, Any]:
             for n in lay.nics
         ],
         "nvlink_islands": nvlink_island_lists(lay.gpus),
+        "xgmi_hives": [
+            {
+                "hive_id": hive.hive_id,
+                "gpus": sorted(i for i in (lay.gpus[p].index for p in hive.members) if i is not None),
+                "max_links": hive.max_links,
+            }
+            for hive in lay.hives
+        ],
         "nvswitches": lay.switches.to_json(),
         "relations": list(RELATIONS.values()),
         "notes": lay.notes,

@@ -28,7 +28,9 @@ Usage in a job script:
 \b
 Chosen: GPUs NVML lists, with no failed check at or above --fail-on,
 enough free memory, a compute mode that admits the job, and inside
-CUDA_VISIBLE_DEVICES when that is already set; idle ones first, then
+CUDA_VISIBLE_DEVICES when that is already set (on an AMD host also
+ROCR_VISIBLE_DEVICES, whose GPUs HIP numbers from 0, and
+HIP_VISIBLE_DEVICES); idle ones first, then
 most free memory, then least busy; for -n > 1, where enough qualify,
 from one NVLink island and NUMA node, else one NVLink island, else one
 NUMA node. Indices are NVML's (PCI bus order): set
@@ -86,7 +88,7 @@ def command(
         for label, why in selection.excluded:
             click.echo(f"  {printable(label)}: {printable(why)}", err=True)
         if not selection.excluded and not selection.eligible:
-            click.echo("  no NVIDIA GPU, nor an AMD GPU read through amdgpu, found", err=True)
+            click.echo("  no GPU found (NVML, the PCI bus and amdgpu list no NVIDIA or AMD GPU)", err=True)
         sys.exit(1)
     if verbose:
         for c in selection.chosen:

@@ -18,7 +18,8 @@ snapshot, missing root)."""
 TOPO_HELP = """\b
 A tree per NUMA node (its CPUs, memory and the CPUs this process may use), the GPUs and
 RDMA NICs below their host bridges and PCIe switches, then one row per GPU: node, local
-allowed CPUs, active NVLink links, and the nearest RDMA NIC."""
+allowed CPUs, active NVLink links (an AMD GPU's XGMI links), and the nearest RDMA NIC; an
+AMD host's XGMI hives and the GPUs with fewer links than the others of their hive."""
 
 
 @click.command("topo", help=help_text("topo", TOPO_HELP), epilog=EPILOG)

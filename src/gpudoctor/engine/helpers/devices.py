@@ -66,10 +66,15 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
     Example: amd_visible_devices_problem("0", gpus) → "index 0 does not exist: this host has 0 AMD GPU(s) (0-0)"
     Example: amd_visible_devices_problem("GPU-zz", gpus) → "'GPU-zz' is neither an index nor a GPU- UUID"
     """
-    text = value.strip()
-    if text == "":
+    if value.strip() == "":
         return "it is empty, which hides every GPU from HIP"
-    count = sum(1 for g in gpus if field_or_none(g, "vendor") == "amd")
+    return amd_visible_entries(value, sum(1 for g in gpus if field_or_none(g, "vendor") == "amd"))[1]
+
+
+def amd_visible_entries(value: str, count: int) -> tuple[list[str], str]:
+    """The entries of a HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES value that the runtime uses
+    (indices below ``count``, or GPU- UUIDs, up to the first entry it cannot use) and what is
+    wrong with that entry ("" when none): `select` narrows its choice to them."""
 
     def problem(entry: str) -> str:
         if entry.lstrip("-").isdecimal():
@@ -78,7 +83,7 @@ def amd_visible_devices_problem(value: str, gpus: list[Any]) -> str:
             return f"{shown(entry)} is neither an index nor a GPU- UUID"
         return ""
 
-    return _first_entry_problem(text, problem)
+    return _usable_entries(value.strip(), problem)
 
 
 def ascend_visible_devices_problem(value: str, gpus: list[Any]) -> str:
@@ -147,17 +152,25 @@ def unbound(gpus: Iterable[Any], driver: str) -> list[Any]:
 def _first_entry_problem(text: str, problem: Callable[[str], str]) -> str:
     """The first problem of a comma-separated device list: an empty entry, a duplicate, or what
     `problem` says of an entry ("" when none)."""
+    return _usable_entries(text, problem)[1]
+
+
+def _usable_entries(text: str, problem: Callable[[str], str]) -> tuple[list[str], str]:
+    """The entries of a comma-separated device list before its first problem, and that problem
+    (see _first_entry_problem)."""
+    used: list[str] = []
     seen: set[str] = set()
     for position, entry in enumerate(e.strip() for e in text.split(",")):
         if entry == "":
-            return f"entry {position + 1} is empty"
+            return used, f"entry {position + 1} is empty"
         if entry in seen:
-            return f"{cut(entry)} is listed twice"
-        seen.add(entry)
+            return used, f"{cut(entry)} is listed twice"
         found = problem(entry)
         if found:
-            return found
-    return ""
+            return used, found
+        seen.add(entry)
+        used.append(entry)
+    return used, ""
 
 
 def visible_devices_problem(value: str, gpus: list[Any]) -> str:

@@ -23,6 +23,10 @@ SCHEMAS = REPO / "src" / "gpudoctor" / "schemas"
 NAMES = ("facts", "rules", "table", "policy", "profile", "report", "gate-report")
 
 
+# a string literal whose only braces are {plain_name} placeholders, formatted with **locals()
+_FORMAT_LOCALS = re.compile(r'"((?:[^"\\{}\n]|\{[A-Za-z_][A-Za-z0-9_]*\})*)"\.format\(\*\*locals\(\)\)')
+
+
 def module_name(schema: str) -> str:
     """The generated module's name for a schema (gate-report -> gate_report: an importable name);
     gpudoctor.schemas._validator imports it by the same rule."""
@@ -33,6 +37,20 @@ def generate(name: str) -> str:
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text(encoding="utf-8"))
     code = fastjsonschema.compile_to_code(schema)
     code = re.sub(r'^VERSION = "[^"]*"\n', "", code)  # keep the file stable across fastjsonschema releases
+    # name gpudoctor's own error class: importing fastjsonschema for its exception loads the whole
+    # package (its code generator: about 10 ms of each start-up); see gpudoctor/schemas/_errors.py
+    imports = "from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException\n"
+    assert imports in code, "fastjsonschema's generated code imports its exceptions differently"
+    ours = (
+        "from ._errors import SchemaValueError as JsonSchemaValueException, "
+        "SchemaValuesError as JsonSchemaValuesException\n"
+    )
+    code = code.replace(imports, ours)
+    # a name built for each array item ("data.gpus[{data__gpus_x}]".format(**locals())) copies every
+    # local of a function hundreds of lines long into a dict, for each item of each list, even
+    # when nothing is wrong: two thirds of validating a report. The same text as an f-string
+    # reads only the names it shows (placeholders here are plain names, so both give the same).
+    code = _FORMAT_LOCALS.sub(r'f"\1"', code)
     func = re.search(r"^def (validate_\w+)\(", code, re.M)
     assert func, "no validate function in generated code"
     header = (

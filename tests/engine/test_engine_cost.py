@@ -123,32 +123,43 @@ def test_rules_with_the_same_text_share_one_compiled_expression(tmp_path, monkey
         [
             _rule("a", "gpu.temperature_c > 80"),
             _rule("b", "gpu.temperature_c > 80"),
-            # the same text read by another subject kind, or with a let: name in scope: compiled again
+            # with a let: name in scope that the text does not read: the same compiled expression
             _rule("c", "gpu.temperature_c > 80", let={"hot": "gpu.temperature_c > 90"}),
             _rule("d", "gpu.temperature_c > 80", let={"hot": "gpu.temperature_c > 90"}),
             _rule("e", "host.cpu_count > 80", subject="host"),
             _rule("f", "host.cpu_count > 80", subject="host"),
+            # a text that names no subject variable is the same for every subject kind
+            _rule("i", "host.cpu_count > 80"),
+            # a text that reads a let: name is compiled per let: texts (they decide what it reads)
+            _rule("g", "hot", let={"hot": "gpu.temperature_c > 80"}),
+            _rule("h", "hot", let={"hot": "gpu.temperature_c > 90"}),
         ],
         monkeypatch,
     )
-    assert rules["a"].fail_if is rules["b"].fail_if
-    assert rules["c"].fail_if is rules["d"].fail_if is not rules["a"].fail_if
+    assert rules["a"].fail_if is rules["b"].fail_if is rules["c"].fail_if is rules["d"].fail_if
     assert rules["a"].message is rules["b"].message
-    assert rules["e"].fail_if is rules["f"].fail_if
-    assert compiled.count("gpu.temperature_c > 80") == 2  # once without the let: name, once with it
-    assert compiled.count("gpu.temperature_c > 90") == 1
+    # c's message spells "hot" (its let: name): compiled for its scope, its placeholder shared
+    assert rules["c"].message is not rules["a"].message
+    assert rules["c"].message.parts[0][1] is rules["a"].message.parts[0][1]
+    assert rules["e"].fail_if is rules["f"].fail_if is rules["i"].fail_if
+    assert rules["g"].fail_if is not rules["h"].fail_if
+    assert rules["g"].fail_if.paths == rules["h"].fail_if.paths == ("gpu.temperature_c",)
+    assert compiled.count("gpu.temperature_c > 80") == 1  # a's condition, g's let: name
+    assert compiled.count("gpu.temperature_c > 90") == 1  # the let: names of c, d and h
+    assert compiled.count("hot") == 2
     assert compiled.count("host.cpu_count > 80") == 1
     facts = _facts(2)
     facts["nvml"]["gpus"][1]["temperature_c"] = 85
     findings = run_rules(loader.RuleSet(list(rules.values()), {}, []), facts)
     # each rule still judges each of its subjects, with that subject's evidence and message
-    judged = {(f.rule_id, f.subject.index): f for f in findings if f.rule_id in ("a", "b", "c", "d")}
-    assert sorted(judged) == [(r, i) for r in "abcd" for i in (0, 1)]
-    for rule_id in "abcd":
+    judged = {(f.rule_id, f.subject.index): f for f in findings if f.rule_id in "abcdgh"}
+    assert sorted(judged) == [(r, i) for r in "abcdgh" for i in (0, 1)]
+    for rule_id in "abcdg":
         assert judged[rule_id, 0].status.value == "pass"
         assert judged[rule_id, 1].status.value == "fail"
         assert judged[rule_id, 1].message == "1 is hot"
         assert [v for p, v in judged[rule_id, 1].evidence if p.endswith("temperature_c")] == [85]
+    assert judged["h", 1].status.value == "pass"  # its hot: above 90
 
 
 def test_a_text_refused_in_two_rules_names_the_first_rule_it_is_in(tmp_path, monkeypatch):

@@ -20,6 +20,19 @@ Decorator = Callable[[Any], Any]
 MAX_TIMEOUT_S = 86400.0
 
 
+def completer(name: str) -> Callable[[Any, Any, str], Any]:
+    """A shell_complete callback that imports gpudoctor.cli.completion (and click's completion
+    module) only when the shell asks, on TAB: a command that runs never pays for them."""
+
+    def complete(ctx: Any, param: Any, incomplete: str) -> Any:
+        from . import completion
+
+        return getattr(completion, name)(ctx, param, incomplete)
+
+    complete.__name__ = name
+    return complete
+
+
 class FiniteFloat(click.FloatRange):
     """A float option that must be a finite number, within [min, max] where given.
 

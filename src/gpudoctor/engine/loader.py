@@ -240,6 +240,25 @@ def _memoised(memo: Memo | None, key: tuple[Any, ...], make: Callable[[], Any]) 
     return hit
 
 
+def _memo_key(
+    kind: str, subject: str, source: Any, lets: Mapping[str, Expression], scope: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The memo key of compiling ``source`` (see _memoised), shared as widely as is exact.
+
+    An expression reads a let: name or a subject variable only by spelling it out, and an ASCII
+    text is parsed to the very names it spells (only non-ASCII names are normalised): an ASCII
+    text in which no let: name occurs compiles the same whatever the let: names in scope, and
+    one in which no subject variable occurs the same for every subject kind (the other names a
+    rule may read, the facts sections and gpus, are the same for all). Such texts (most
+    placeholders: {gpu_count}, {nvml.driver_version}) are then compiled once per load."""
+    if type(source) is str and source.isascii():
+        if scope and not any(name in source for name in lets):
+            scope = ()
+        if not any(name in source for name in SUBJECT_NAMES):
+            subject = "*"
+    return (kind, subject, source, scope)
+
+
 def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None = None) -> Rule:
     """A rule file's rule, every expression and template checked; ``memo``: what this load has
     compiled so far (see _memoised), None to compile everything afresh."""
@@ -251,12 +270,15 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None 
     lets = _compile_lets(raw, roots, tables, path, line, memo)
     scope = tuple((name, let.source) for name, let in lets.items())
 
+    def field(source: str) -> Expression:
+        key = _memo_key("e", subject, source, lets, scope)
+        compiled: Expression = _memoised(memo, key, lambda: compile_expression(source, roots, lets))
+        return compiled
+
     def expr(key: str) -> Expression:
         source = raw[key]
         try:
-            compiled: Expression = _memoised(
-                memo, ("e", subject, source, scope), lambda: compile_expression(source, roots, lets)
-            )
+            compiled = field(source)
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         _check_tables(compiled, tables, path, line, rule_id, key)
@@ -265,9 +287,10 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None 
     def template(key: str) -> Template:
         source = raw[key]
         try:
-            compiled: Template = _memoised(
-                memo, ("t", subject, source, scope), lambda: compile_template(source, roots, lets)
-            )
+            # a placeholder is an expression: one seen before (in a condition, or another
+            # message) is not compiled again either (a third of compiling the built-in rules)
+            memo_key = _memo_key("t", subject, source, lets, scope)
+            compiled: Template = _memoised(memo, memo_key, lambda: compile_template(source, roots, lets, field))
         except ExpressionError as exc:
             raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
         for _, part, _spec in compiled.parts:
@@ -317,12 +340,9 @@ def _compile_lets(
         if keyword.iskeyword(name):
             raise RuleLoadError(path, line, f"{where}: {name} is a Python keyword; choose another name")
         scope = tuple((known, let.source) for known, let in lets.items())
+        key = _memo_key("e", raw.get("subject", "host"), source, lets, scope)
         try:
-            compiled: Expression = _memoised(
-                memo,
-                ("e", raw.get("subject", "host"), source, scope),
-                functools.partial(compile_expression, source, roots, lets),
-            )
+            compiled: Expression = _memoised(memo, key, functools.partial(compile_expression, source, roots, lets))
         except ExpressionError as exc:
             # A name not defined yet is unknown to compile_expression: say which order is wrong.
             read = _names_in(source)

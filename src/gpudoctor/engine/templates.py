@@ -187,10 +187,16 @@ def _repr_into(out: _Writer, value: Any, depth: int) -> None:
         out.write(repr(value))
 
 
-def compile_template(source: str, roots: Mapping[str, Any], lets: Mapping[str, Expression] | None = None) -> Template:
+def compile_template(
+    source: str,
+    roots: Mapping[str, Any],
+    lets: Mapping[str, Expression] | None = None,
+    compile_field: Callable[[str], Expression] | None = None,
+) -> Template:
     """Parse and check a template; each placeholder is an expression (see compile_expression)
     without a conditional: a value chosen by if/else is named under the rule's let: instead,
-    so the message reads as text."""
+    so the message reads as text. ``compile_field``: compile_expression of a placeholder's text
+    with these roots and lets, or what it gave for the same text before (the loader's memo)."""
     if len(source) > 4 * MAX_EXPRESSION_LENGTH:
         raise ExpressionError("template too long")
     parts: list[tuple[str, Expression | None, str]] = []
@@ -209,7 +215,7 @@ def compile_template(source: str, roots: Mapping[str, Any], lets: Mapping[str, E
         if not field.strip():
             raise ExpressionError("empty {} placeholder")
         try:
-            expr = compile_expression(field, roots, lets)
+            expr = compile_field(field) if compile_field is not None else compile_expression(field, roots, lets)
         except ExpressionError as exc:
             raise ExpressionError(f"in placeholder {{{_shown_field(field)}}}: {exc}") from None
         # (no walk where the text has no "if": most placeholders, and the keyword is always ASCII)

@@ -2,7 +2,7 @@
 # ruff: noqa
 # mypy: ignore-errors
 from decimal import Decimal
-from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException
+from ._errors import SchemaValueError as JsonSchemaValueException, SchemaValuesError as JsonSchemaValuesException
 
 
 NoneType = type(None)
@@ -117,11 +117,11 @@ def validate_https___gpudoctor_dev_schemas_policy_schema_json(data, custom_forma
                     raise JsonSchemaValueException("" + (name_prefix or "data") + ".required must contain unique items", value=data__required, name="" + (name_prefix or "data") + ".required", definition={'type': 'array', 'uniqueItems': True, 'items': {'type': 'string', 'minLength': 1}, 'description': 'rule ids, areas or tags that must be judged and pass, whatever their severity and on_cannot_check'}, rule='uniqueItems')
                 for data__required_x, data__required_item in enumerate(data__required):
                     if not isinstance(data__required_item, (str)):
-                        raise JsonSchemaValueException("" + (name_prefix or "data") + ".required[{data__required_x}]".format(**locals()) + " must be string", value=data__required_item, name="" + (name_prefix or "data") + ".required[{data__required_x}]".format(**locals()) + "", definition={'type': 'string', 'minLength': 1}, rule='type')
+                        raise JsonSchemaValueException("" + (name_prefix or "data") + f".required[{data__required_x}]" + " must be string", value=data__required_item, name="" + (name_prefix or "data") + f".required[{data__required_x}]" + "", definition={'type': 'string', 'minLength': 1}, rule='type')
                     if isinstance(data__required_item, str):
                         data__required_item_len = len(data__required_item)
                         if data__required_item_len < 1:
-                            raise JsonSchemaValueException("" + (name_prefix or "data") + ".required[{data__required_x}]".format(**locals()) + " must be longer than or equal to 1 characters", value=data__required_item, name="" + (name_prefix or "data") + ".required[{data__required_x}]".format(**locals()) + "", definition={'type': 'string', 'minLength': 1}, rule='minLength')
+                            raise JsonSchemaValueException("" + (name_prefix or "data") + f".required[{data__required_x}]" + " must be longer than or equal to 1 characters", value=data__required_item, name="" + (name_prefix or "data") + f".required[{data__required_x}]" + "", definition={'type': 'string', 'minLength': 1}, rule='minLength')
         if "ignore" in data_keys:
             data_keys.remove("ignore")
             data__ignore = data["ignore"]
@@ -135,11 +135,11 @@ def validate_https___gpudoctor_dev_schemas_policy_schema_json(data, custom_forma
                     raise JsonSchemaValueException("" + (name_prefix or "data") + ".ignore must contain unique items", value=data__ignore, name="" + (name_prefix or "data") + ".ignore", definition={'type': 'array', 'uniqueItems': True, 'items': {'type': 'string', 'minLength': 1}, 'description': 'rule ids, areas or tags that are not run'}, rule='uniqueItems')
                 for data__ignore_x, data__ignore_item in enumerate(data__ignore):
                     if not isinstance(data__ignore_item, (str)):
-                        raise JsonSchemaValueException("" + (name_prefix or "data") + ".ignore[{data__ignore_x}]".format(**locals()) + " must be string", value=data__ignore_item, name="" + (name_prefix or "data") + ".ignore[{data__ignore_x}]".format(**locals()) + "", definition={'type': 'string', 'minLength': 1}, rule='type')
+                        raise JsonSchemaValueException("" + (name_prefix or "data") + f".ignore[{data__ignore_x}]" + " must be string", value=data__ignore_item, name="" + (name_prefix or "data") + f".ignore[{data__ignore_x}]" + "", definition={'type': 'string', 'minLength': 1}, rule='type')
                     if isinstance(data__ignore_item, str):
                         data__ignore_item_len = len(data__ignore_item)
                         if data__ignore_item_len < 1:
-                            raise JsonSchemaValueException("" + (name_prefix or "data") + ".ignore[{data__ignore_x}]".format(**locals()) + " must be longer than or equal to 1 characters", value=data__ignore_item, name="" + (name_prefix or "data") + ".ignore[{data__ignore_x}]".format(**locals()) + "", definition={'type': 'string', 'minLength': 1}, rule='minLength')
+                            raise JsonSchemaValueException("" + (name_prefix or "data") + f".ignore[{data__ignore_x}]" + " must be longer than or equal to 1 characters", value=data__ignore_item, name="" + (name_prefix or "data") + f".ignore[{data__ignore_x}]" + "", definition={'type': 'string', 'minLength': 1}, rule='minLength')
         if "deadline_s" in data_keys:
             data_keys.remove("deadline_s")
             data__deadlines = data["deadline_s"]

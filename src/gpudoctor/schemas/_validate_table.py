@@ -3,7 +3,7 @@
 # mypy: ignore-errors
 from decimal import Decimal
 import re
-from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException
+from ._errors import SchemaValueError as JsonSchemaValueException, SchemaValuesError as JsonSchemaValuesException
 
 
 REGEX_PATTERNS = {
@@ -56,7 +56,7 @@ def validate_https___gpudoctor_dev_schemas_table_schema_json(data, custom_format
                             raise JsonSchemaValueException("" + (name_prefix or "data") + ".source must contain at least 1 items", value=data__source, name="" + (name_prefix or "data") + ".source", definition={'type': 'array', 'items': {'type': 'string'}, 'minItems': 1}, rule='minItems')
                         for data__source_x, data__source_item in enumerate(data__source):
                             if not isinstance(data__source_item, (str)):
-                                raise JsonSchemaValueException("" + (name_prefix or "data") + ".source[{data__source_x}]".format(**locals()) + " must be string", value=data__source_item, name="" + (name_prefix or "data") + ".source[{data__source_x}]".format(**locals()) + "", definition={'type': 'string'}, rule='type')
+                                raise JsonSchemaValueException("" + (name_prefix or "data") + f".source[{data__source_x}]" + " must be string", value=data__source_item, name="" + (name_prefix or "data") + f".source[{data__source_x}]" + "", definition={'type': 'string'}, rule='type')
                     data__source_any_of_count1 += 1
                 except (JsonSchemaValueException, JsonSchemaValuesException): pass
             if not data__source_any_of_count1:

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from ..completion import complete_area
 from ..errors import UserError
 from ..load import (
     load_facts_file,
@@ -21,6 +20,7 @@ from ..options import (
     ProbeOptions,
     check_rate_options,
     color_option,
+    completer,
     facts_option,
     fail_on_option,
     format_option,
@@ -43,11 +43,15 @@ from ..registry import EXIT_HELP, help_text
     "--only",
     multiple=True,
     metavar="AREA|TAG|ID",
-    shell_complete=complete_area,
+    shell_complete=completer("complete_area"),
     help="Run only these checks (repeatable).",
 )
 @click.option(
-    "--skip", multiple=True, metavar="AREA|TAG|ID", shell_complete=complete_area, help="Skip these checks (repeatable)."
+    "--skip",
+    multiple=True,
+    metavar="AREA|TAG|ID",
+    shell_complete=completer("complete_area"),
+    help="Skip these checks (repeatable).",
 )
 @fail_on_option("Lowest severity of a failed check that makes the exit status 1.", ("error", "warning", "info"))
 @click.option("-v", "--verbose", is_flag=True, help="List every pass and skipped check, each subject on its own.")

@@ -6,10 +6,9 @@ import sys
 
 import click
 
-from ..completion import complete_rule_id
 from ..errors import UserError
 from ..load import load_ruleset
-from ..options import format_option, rules_option
+from ..options import completer, format_option, rules_option
 from ..output import output_width, say, write_output
 from ..registry import help_text
 
@@ -32,7 +31,7 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
 
 
 @command.command("show")
-@click.argument("rule_id", shell_complete=complete_rule_id)
+@click.argument("rule_id", shell_complete=completer("complete_rule_id"))
 @rules_option
 def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
     """Explain one rule: why it matters, what it reads, how to fix it."""

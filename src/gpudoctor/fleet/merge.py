@@ -96,9 +96,9 @@ def localized(data: dict[str, Any]) -> dict[str, Any] | None:
     named: its status, the slow nodes and pairs, and each slow node's pair figures beside the
     best pair's; None for a report without one. The schema has checked the shape."""
     dist = data.get("distributed")
-    found = dist.get("localize") if isinstance(dist, dict) else None
-    if not isinstance(found, dict):
+    if not isinstance(dist, dict) or not isinstance(dist.get("localize"), dict):
         return None
+    found = dist["localize"]
     pairs = [p["busbw_gbps"] for n in found["nodes"] for p in n["pairs"] if isinstance(p["busbw_gbps"], (int, float))]
     return {
         "world_size": dist["world_size"],
@@ -235,7 +235,7 @@ class Fleet:
             "gpu_models": self.models(),
             "nodes": [n.to_json() for n in self.nodes],
             # each gate --distributed report's localisation: the nodes it named slow
-            "localized": [{"reported_by": n.node, "source": n.source, **n.localized} for n in self.localized()],
+            "localized": [{"reported_by": n.node, "source": n.source, **(n.localized or {})} for n in self.localized()],
             "replaced_reports": [{"node": node, "source": source} for node, source, _ in self.replaced],
         }
 

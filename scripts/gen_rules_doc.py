@@ -30,6 +30,8 @@ from gpudoctor.engine.helpers.registry import FORMS, FUNCTIONS, bind  # noqa: E4
 from gpudoctor.engine.loader import Rule, RuleSet, load_rules  # noqa: E402
 from gpudoctor.engine.runner import run_rules  # noqa: E402
 from gpudoctor.findings import AREAS, Status  # noqa: E402
+from gpudoctor.model.profile_facts import FACTS, PROFILE_AREA, PROFILE_FIX  # noqa: E402
+from gpudoctor.render.rules import PROFILE_SEVERITY  # noqa: E402
 
 RULES_DOC = REPO / "docs" / "rules.md"
 HELPERS_DOC = REPO / "docs" / "rules-helpers.md"
@@ -109,13 +111,50 @@ def _rule_section(rule: Rule, cases: dict[str, list[str]]) -> list[str]:
     return out
 
 
+def _profile_section(heading: str) -> list[str]:
+    """The node profile's checks (model/profile_facts.py): one per fact a profile fixes, judged
+    against the profile's values by fleet/profile.py rather than by an expression."""
+    out = [f"## {heading}", ""]
+    out += [
+        "Judged only with a node profile (`gpudoctor check --profile FILE`, the gate policy's `profile:`):",
+        "one check per fact the profile names, on the GPU, NIC, NUMA node or host it is about; an entry",
+        "of the profile that the machine lacks fails on the host. `--only`/`--skip` and the policy's",
+        "`required`/`ignore` choose them by id, by the area `profile` or by the tag listed.",
+        "",
+        "| id | severity | action | subject | tag | title |",
+        "|---|---|---|---|---|---|",
+    ]
+    sev = PROFILE_SEVERITY.value
+    out += [
+        f"| [{f.rule_id}](#{f.rule_id}) | {sev} | {f.action} | {f.subject} | {f.tag} | {f.check_title} |"
+        for f in FACTS
+    ]
+    out.append("")
+    for f in FACTS:
+        out += [f"### {f.rule_id}", "", f"**{f.check_title}** — {sev}, per {f.subject}", "", f.why, ""]
+        out += [
+            f"- Fails when: {f.title} (`{f.scope}.{f.key}` of the profile facts) is not the profile's value,"
+            " one of its set or inside its range",
+            f"- Recommended action when it fails: `{f.action}`",
+            "",
+            "Fix:",
+            "",
+            "```",
+            PROFILE_FIX,
+            "```",
+            "",
+        ]
+    return out
+
+
 def render_rules(ruleset: RuleSet) -> str:
     cases = examples(ruleset)
     out = [
         "# gpudoctor rules reference",
         "",
         "Generated from `rules/*.yaml` by `scripts/gen_rules_doc.py`; do not edit by hand.",
-        f"{len(ruleset.rules)} rules. `gpudoctor rules show ID` prints the same on the command line.",
+        f"{len(ruleset.rules)} rules and {len(FACTS)} node profile checks. `gpudoctor rules show ID` prints the",
+        "same on the command line.",
         "The functions the expressions call are described in [rules-helpers.md](rules-helpers.md);",
         "the examples under each rule are its cases in `tests/rules/cases.yaml`, on the fixture hosts",
         "in `tests/fixtures/hosts`, with the message the rule gives there.",
@@ -130,6 +169,9 @@ def render_rules(ruleset: RuleSet) -> str:
         "",
     ]
     for area, heading in AREAS.items():
+        if area == PROFILE_AREA:
+            out += _profile_section(heading)
+            continue
         rules = [r for r in ruleset.rules if r.area == area]
         if not rules:
             continue

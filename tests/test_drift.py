@@ -73,3 +73,38 @@ def test_a_malformed_profile_in_a_report_is_refused(tmp_path, capsys):
     (tmp_path / "node-01.json").write_text(json.dumps(bad))
     code, out, err = cli(capsys, "report", "merge", "--drift", str(tmp_path))
     assert code == 2 and out == "" and "not a valid gpudoctor check report" in err
+
+
+def test_merge_names_the_slow_node_of_the_distributed_gate(capsys, monkeypatch):
+    # the fleet holds rank 0's gate --distributed report (node-01, newer than its check report):
+    # its localisation named node-05, which the summary and the drift both show
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(FLEET.parent)  # the golden names the reports by a relative path
+    code, text, _ = cli(capsys, "report", "merge", "fleet")
+    assert code == 1
+    check(OUT / "fleet-merge.txt", text)
+    assert "  node-01  gate --distributed over 8 nodes is no-go; named slow: node-05" in text
+    code, out, _ = cli(capsys, "report", "merge", "--format", "json", str(FLEET))
+    found = json.loads(out)["localized"]
+    assert [(f["reported_by"], f["slow_nodes"], f["status"]) for f in found] == [("node-01", ["node-05"], "slow")]
+    assert found[0]["slow_node_pairs"] == {"node-05": [10.8, 10.8]} and found[0]["best_pair_busbw_gbps"] == 44.0
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", str(FLEET))
+    assert [f["slow_nodes"] for f in json.loads(out)["localized"]] == [["node-05"]]
+    # without the distributed report nothing is named
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", *reports())
+    assert json.loads(out)["localized"] == []
+
+
+def test_a_slow_node_that_also_drifts_says_so_and_names_are_escaped(tmp_path, capsys):
+    for name in ("node-01.json", "node-12.json"):
+        shutil.copy(FLEET / name, tmp_path / name)
+    data = json.loads((FLEET / "gate-distributed.json").read_text())
+    found = data["distributed"]["localize"]
+    found["slow_nodes"] = ["node-12"]
+    found["nodes"][4]["node"] = "node-12"
+    found["slow_pairs"] = [["node-02", "node-\x1b[2Jx"]]
+    (tmp_path / "gate-distributed.json").write_text(json.dumps(data))
+    code, text, _ = cli(capsys, "report", "merge", "--drift", str(tmp_path))
+    assert "node-12  slow in the gate --distributed of node-01" in text
+    assert "it also differs on GPU 1 pcie_width" in " ".join(text.split())
+    assert "node-02 – node-\\x1b[2Jx  slow pair (the link between them)" in text and "\x1b" not in text

@@ -44,6 +44,9 @@ def _inputs() -> list[Path]:
     # the fleet reports are judged and rendered: the engine, the rules and the report's renderer
     files += sorted((src / "engine").rglob("*.py")) + sorted((REPO / "rules").rglob("*.yaml"))
     files += [src / "render" / "json_report.py", src / "render" / "envelope.py"]
+    # and rank 0's gate --distributed report among them: the gate's verdict and its JSON
+    files += sorted((src / "preflight").rglob("*.py"))
+    files += [src / "render" / name for name in ("gate_json.py", "gate_distributed.py")]
     return files
 
 

@@ -46,21 +46,28 @@ from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
 from .views import FactUnavailable, section_views, wrap
 
 
+def chosen(keys: Iterable[str], only: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:
+    """Whether a check with these keys (its id, area and tags) is run under --only / --skip:
+    the one test for rules and for the node profile's checks (model/profile_facts.py)."""
+    names, only_set = set(keys), set(only)
+    return (not only_set or bool(names & only_set)) and not names & set(skip)
+
+
 def select(rules: Iterable[Rule], only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Rule]:
     """Filter by area, tag or rule id (--only / --skip)."""
-    only_set, skip_set = set(only), set(skip)
-
-    def keys(rule: Rule) -> set[str]:
-        return {rule.id, rule.area, *rule.tags}
-
-    out = [r for r in rules if not only_set or keys(r) & only_set]
-    return [r for r in out if not keys(r) & skip_set]
+    only, skip = tuple(only), tuple(skip)
+    return [r for r in rules if chosen({r.id, r.area, *r.tags}, only, skip)]
 
 
 def unknown_selectors(ruleset: RuleSet, selectors: Iterable[str]) -> list[str]:
+    """The selectors that name no rule, area or tag, nor a node profile's check."""
+    from ..model.profile_facts import FACTS
+
     known: set[str] = set()
     for r in ruleset.rules:
         known |= {r.id, r.area, *r.tags}
+    for fact in FACTS:
+        known |= fact.keys
     return [s for s in selectors if s not in known]
 
 

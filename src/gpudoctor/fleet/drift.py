@@ -50,6 +50,8 @@ class Drift:
     nodes: list[str]  # nodes with profile facts, by name
     without: list[str]  # nodes whose reports carry none (older gpudoctor)
     facts: list[FactDrift]
+    # the nodes whose report is a gate --distributed report with a localisation (its slow nodes)
+    localized: list[NodeResult] = field(default_factory=list)
 
     @property
     def drifting(self) -> list[FactDrift]:
@@ -72,6 +74,7 @@ class Drift:
             "drifting_facts": len(self.drifting),
             "blocking_drift": [f.name for f in self.blocking],
             "facts": [f.to_json() for f in self.facts],
+            "localized": [{"reported_by": n.node, "source": n.source, **(n.localized or {})} for n in self.localized],
         }
 
 
@@ -113,4 +116,5 @@ def drift(nodes: Sequence[NodeResult]) -> Drift:
             majority, holders = min(counts.values(), key=lambda c: (-len(c[1]), c[1][0]))
             differs = [(node, value) for node, value in seen if json.dumps(value) != json.dumps(majority)]
             out.append(FactDrift(name, fact, majority, len(holders), differs))
-    return Drift([n.node for n in with_facts], without, out)
+    localized = sorted((n for n in nodes if n.localized is not None), key=lambda n: n.node)
+    return Drift([n.node for n in with_facts], without, out, localized)

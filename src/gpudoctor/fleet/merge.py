@@ -42,6 +42,8 @@ class NodeResult:
     failed_gpus: dict[str, set[str]] = field(default_factory=dict)  # model -> GPU bus ids with a failure
     # the envelope's profile facts (model/profile_facts.py); None in reports of older versions
     profile: dict[str, Any] | None = None
+    # rank 0's gate --distributed report: what its localisation named (localized()); else None
+    localized: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +56,7 @@ class NodeResult:
             "unjudged_checks": self.unjudged,
             "blocking": self.blocking,
             "gpu_models": self.models,
+            "localized": self.localized,
         }
 
 
@@ -86,6 +89,35 @@ def _identity(data: dict[str, Any], kind: str) -> tuple[str, list[dict[str, Any]
     if kind == "gate":
         return data["hostname"], data["gpus"], stamp
     return _node_from_host_line(data["host"]), None, stamp
+
+
+def localized(data: dict[str, Any]) -> dict[str, Any] | None:
+    """What the localisation of a gate --distributed report (rank 0's, distributed.localize)
+    named: its status, the slow nodes and pairs, and each slow node's pair figures beside the
+    best pair's; None for a report without one. The schema has checked the shape."""
+    dist = data.get("distributed")
+    if not isinstance(dist, dict) or not isinstance(dist.get("localize"), dict):
+        return None
+    found = dist["localize"]
+    pairs = [p["busbw_gbps"] for n in found["nodes"] for p in n["pairs"] if isinstance(p["busbw_gbps"], (int, float))]
+    return {
+        "world_size": dist["world_size"],
+        "nodes": [n["node"] for n in found["nodes"]],
+        "status": found["status"],
+        "slow_nodes": list(found["slow_nodes"]),
+        "slow_pairs": [list(p) for p in found["slow_pairs"]],
+        "best_pair_busbw_gbps": max(pairs) if pairs else None,
+        "slow_node_pairs": {
+            n["node"]: [p["busbw_gbps"] for p in n["pairs"]] for n in found["nodes"] if n["node"] in found["slow_nodes"]
+        },
+    }
+
+
+def _localized_line(found: dict[str, Any]) -> str:
+    """The no-go line of a distributed report whose own node passed: what the job's gate named."""
+    named = [*found["slow_nodes"], *(" – ".join(p) for p in found["slow_pairs"])]
+    what = f"named slow: {', '.join(named)}" if named else f"localisation {found['status']}"
+    return f"gate --distributed over {len(found['nodes'])} nodes is no-go; {what}"
 
 
 def load_report(path: str) -> NodeResult:
@@ -151,7 +183,12 @@ def load_report(path: str) -> NodeResult:
             failed_gpus[model] = set(sorted(failing)[: models.get(model, 0)])
     env = data.get("envelope")
     profile = env.get("profile") if isinstance(env, dict) else None
-    return NodeResult(node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus, profile)
+    found = localized(data) if kind == "gate" else None
+    if found is not None and verdict != "go" and not blocking:
+        blocking = [_localized_line(found)]
+    return NodeResult(
+        node, path, kind, verdict, generated, failed, unjudged, blocking, models, failed_gpus, profile, found
+    )
 
 
 @dataclass
@@ -184,6 +221,10 @@ class Fleet:
                 entry["failed_gpus"] += len(n.failed_gpus.get(model, ()))
         return dict(sorted(out.items()))
 
+    def localized(self) -> list[NodeResult]:
+        """The nodes whose report is a gate --distributed report with a localisation (rank 0's)."""
+        return [n for n in self.nodes if n.localized is not None]
+
     def to_json(self) -> dict[str, Any]:
         no_go = [n.node for n in self.nodes if n.verdict != "go"]
         return {
@@ -193,6 +234,8 @@ class Fleet:
             "checks": self.checks(),
             "gpu_models": self.models(),
             "nodes": [n.to_json() for n in self.nodes],
+            # each gate --distributed report's localisation: the nodes it named slow
+            "localized": [{"reported_by": n.node, "source": n.source, **(n.localized or {})} for n in self.localized()],
             "replaced_reports": [{"node": node, "source": source} for node, source, _ in self.replaced],
         }
 

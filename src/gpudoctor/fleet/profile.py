@@ -20,9 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..engine.runner import chosen
 from ..findings import HOST, Finding, Severity, Status, Subject, bounded_subject, cut_text
 from ..inputs import InputError, load_yaml_file, type_name, yaml_line
-from ..model.profile_facts import BY_NAME, ENTRY_KEY, FACTS, SCOPES, ProfileFact, profile_facts
+from ..model.profile_facts import (
+    BY_NAME,
+    BY_RULE_ID,
+    ENTRY_KEY,
+    FACTS,
+    PROFILE_AREA,
+    PROFILE_FIX,
+    SCOPES,
+    ProfileFact,
+    profile_facts,
+)
 
 PROFILE_VERSION = 1
 
@@ -230,38 +241,28 @@ def _subjects(facts: Mapping[str, Any]) -> dict[str, dict[Any, Subject]]:
 
 def _finding(fact: ProfileFact, subject: Subject, status: Status, message: str, evidence: list[Any]) -> Finding:
     return Finding(
-        rule_id=rule_id(fact),
-        title=f"{fact.title} as the node profile expects",
-        area="profile",
+        rule_id=fact.rule_id,
+        title=fact.check_title,
+        area=PROFILE_AREA,
         severity=Severity.ERROR,
         status=status,
         subject=bounded_subject(subject),
         message=cut_text(message),
         evidence=evidence,
-        fix=(
-            "This node differs from its golden profile: fix the node, or, if the profile is what is "
-            "out of date, make it again (gpudoctor profile create) from known-good snapshots."
-            if status is Status.FAIL
-            else ""
-        ),
+        fix=PROFILE_FIX if status is Status.FAIL else "",
+        docs=f"docs/rules.md#{fact.rule_id}",
         detail="the facts do not give this value" if status is Status.UNKNOWN else "",
+        action=fact.action,
     )
 
 
-# What a fact's rule id says beside the fact's key, so that one id names one fact: a GPU's and a
-# NIC's NUMA node are two checks.
-_PREFIX = {"host": "", "gpus": "gpu-", "nics": "nic-", "numa_nodes": "numa-"}
-_SHORT = {"rate_gbps": "rate", "memory_gib": "memory"}
-
-
-def rule_id(fact: ProfileFact) -> str:
-    """The finding's rule id: profile-<fact> (profile-driver, profile-gpu-pcie-width, profile-nic-rate)."""
-    return f"profile-{_PREFIX[fact.scope]}{_SHORT.get(fact.key, fact.key).replace('_', '-')}"
-
-
-def check(facts: Mapping[str, Any], profile: Profile) -> list[Finding]:
+def check(
+    facts: Mapping[str, Any], profile: Profile, only: Iterable[str] = (), skip: Iterable[str] = ()
+) -> list[Finding]:
     """One finding per fact the profile names (pass, fail or unknown), in the profile's order;
-    an entry (GPU, NIC, NUMA node) the machine does not have fails on the host."""
+    an entry (GPU, NIC, NUMA node) the machine does not have fails on the host. ``only`` and
+    ``skip`` choose the checks as --only/--skip and the policy's ignore choose rules (by id, the
+    area profile or the fact's tag)."""
     actual = profile_facts(facts)
     subjects = _subjects(facts)
     out: list[Finding] = []
@@ -277,7 +278,7 @@ def check(facts: Mapping[str, Any], profile: Profile) -> list[Finding]:
             pairs = [(e, have.get(e[key]), subjects[scope].get(e[key], HOST)) for e in profile.data.get(scope, [])]
         for expected, got, subject in pairs:
             out += _compare(scope, expected, got, subject, where)
-    return out
+    return [f for f in out if chosen(BY_RULE_ID[f.rule_id].keys, only, skip)]
 
 
 def _compare(

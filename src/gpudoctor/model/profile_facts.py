@@ -43,7 +43,13 @@ class ProfileFact:
     """One fact a profile fixes. ``blocking``: a node that differs from the fleet's majority on it
     makes `report merge --drift` exit 1 (a job across nodes that differ on it can fail or slow
     down); the others (kernel, memory, placement) are reported, not blocking. ``ranged``: values
-    that differ between a profile's snapshots become a range (min, max), not a set of values."""
+    that differ between a profile's snapshots become a range (min, max), not a set of values.
+
+    Each fact is also a check, ``profile-<fact>`` (:attr:`rule_id`), that `rules list`, `rules
+    show`, docs/rules.md, --only/--skip and the policy's required/ignore know like a YAML rule:
+    ``action`` is what its failure recommends (findings.ACTIONS), ``tag`` the topic a selector may
+    name besides its id and the area ``profile`` (pcie, nvlink, rdma, ...), ``why`` what a
+    difference means."""
 
     scope: str
     key: str
@@ -52,6 +58,9 @@ class ProfileFact:
     ranged: bool = False
     text: bool = False  # its value is text ("13.0", a version), never a number
     form: str = "{}"  # how a value reads in a sentence: "x{}" for a width (x8), "{} GiB"
+    action: str = "drain-and-inspect-hardware"
+    tag: str = ""
+    why: str = ""
 
     def shown(self, value: Any) -> str:
         """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""
@@ -59,27 +68,94 @@ class ProfileFact:
             return "unknown"
         return self.form.format(value if isinstance(value, str) else _number(value))
 
+    @property
+    def rule_id(self) -> str:
+        """The check's id: profile-<fact> (profile-driver, profile-gpu-pcie-width, profile-nic-rate)."""
+        return f"profile-{_PREFIX[self.scope]}{_SHORT.get(self.key, self.key).replace('_', '-')}"
 
-FACTS: tuple[ProfileFact, ...] = (
-    ProfileFact("host", "gpu_count", "GPU count", True),
-    ProfileFact("host", "gpu_model", "GPU model", True, text=True),
-    ProfileFact("host", "driver", "driver version", True, text=True),
-    ProfileFact("host", "cuda", "CUDA version of the driver", True, text=True),
-    ProfileFact("host", "torch", "torch version", True, text=True),
-    ProfileFact("host", "kernel", "kernel release", False, text=True),
-    ProfileFact("host", "nvlink_islands", "NVLink islands", True, text=True),
-    ProfileFact("host", "rdma_nics", "RDMA NIC count", True),
-    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True, form="Gen{}"),
-    ProfileFact("gpus", "pcie_width", "PCIe link width", True, form="x{}"),
-    ProfileFact("gpus", "nvlink_links", "active NVLink links", True),
-    ProfileFact("gpus", "numa_node", "NUMA node of the GPU", False),
-    ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", False, text=True),
-    ProfileFact("nics", "rate_gbps", "RDMA port rate", True, form="{} Gb/s"),
-    ProfileFact("nics", "link_layer", "RDMA link layer", True, text=True),
-    ProfileFact("nics", "numa_node", "NUMA node of the NIC", False),
-    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node", False, ranged=True, form="{} GiB"),
+    @property
+    def subject(self) -> str:
+        """What its findings are about, in the words of a rule's subject."""
+        return _SUBJECT[self.scope]
+
+    @property
+    def check_title(self) -> str:
+        return f"{self.title} as the node profile expects"
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """What an --only/--skip or required/ignore selector may name to choose this check."""
+        return frozenset({self.rule_id, PROFILE_AREA, *([self.tag] if self.tag else [])})
+
+
+PROFILE_AREA = "profile"
+# What a fact's check id says beside the fact's key, so that one id names one fact: a GPU's and a
+# NIC's NUMA node are two checks.
+_PREFIX = {"host": "", "gpus": "gpu-", "nics": "nic-", "numa_nodes": "numa-"}
+_SHORT = {"rate_gbps": "rate", "memory_gib": "memory"}
+_SUBJECT = {"host": "host", "gpus": "gpu", "nics": "nic", "numa_nodes": "numa_node"}
+_SW = "fix-software"
+_PLACED = (
+    "Placement (the NUMA node and the NIC nearest a GPU) decides the NUMA binding and the NIC each rank "
+    "uses; a node whose cards or NICs sit elsewhere than its peers' runs, with another binding."
 )
+
+# fmt: off
+FACTS: tuple[ProfileFact, ...] = (
+    ProfileFact("host", "gpu_count", "GPU count", True, tag="health",
+                why="A GPU fewer than the known-good node has fell off the bus or NVML; a job sized for "
+                "the fleet does not start or runs a rank short."),
+    ProfileFact("host", "gpu_model", "GPU model", True, text=True, tag="health",
+                why="Another GPU model (or a mix) is another node type: kernels, memory and speed differ "
+                "from those of the nodes the job was sized for."),
+    ProfileFact("host", "driver", "driver version", True, text=True, action=_SW, tag="driver",
+                why="Nodes on different driver releases behave differently under one job; a driver one "
+                "release behind is the usual drift after a partial roll-out."),
+    ProfileFact("host", "cuda", "CUDA version of the driver", True, text=True, action=_SW, tag="driver",
+                why="The CUDA version the driver supports bounds the CUDA builds of torch and NCCL that "
+                "run; a node below its peers fails where they work."),
+    ProfileFact("host", "torch", "torch version", True, text=True, action=_SW, tag="torch",
+                why="Ranks on different torch versions can disagree on collectives and checkpoints."),
+    ProfileFact("host", "kernel", "kernel release", False, text=True, action=_SW, tag="kernel",
+                why="A different kernel needs its own build of the driver's module; drift reports it "
+                "without blocking."),
+    ProfileFact("host", "nvlink_islands", "NVLink islands", True, text=True, tag="nvlink",
+                why="GPUs that the known-good node joins by NVLink and this one does not talk over PCIe: "
+                "all-reduce inside the node slows down by an order of magnitude."),
+    ProfileFact("host", "rdma_nics", "RDMA NIC count", True, tag="rdma",
+                why="A NIC fewer (down, unplugged or unbound) leaves its GPUs without their own network "
+                "path: collectives across nodes slow down or fail."),
+    ProfileFact("gpus", "pcie_gen", "PCIe generation (link maximum)", True, form="Gen{}", tag="pcie",
+                why="The link's maximum generation does not drop at idle; one below the profile's is a "
+                "BIOS setting, a riser or the slot."),
+    ProfileFact("gpus", "pcie_width", "PCIe link width", True, form="x{}", tag="pcie",
+                why="Judged against the profile, a reduced-lane SKU that is x8 by design passes and an "
+                "x16 card trained down to x8 fails, without thresholds written by hand."),
+    ProfileFact("gpus", "nvlink_links", "active NVLink links", True, tag="nvlink",
+                why="A GPU with fewer active NVLink links than on the known-good node has a link down: "
+                "its peer traffic slows or falls back to PCIe."),
+    ProfileFact("gpus", "numa_node", "NUMA node of the GPU", False, tag="numa", why=_PLACED),
+    ProfileFact("gpus", "nic", "nearest RDMA NIC of the GPU", False, text=True, tag="numa", why=_PLACED),
+    ProfileFact("nics", "rate_gbps", "RDMA port rate", True, form="{} Gb/s", tag="rdma",
+                why="A port below the profile's rate (a cable, a switch port, a transceiver) slows every "
+                "collective that crosses it."),
+    ProfileFact("nics", "link_layer", "RDMA link layer", True, text=True, action=_SW, tag="rdma",
+                why="InfiniBand and Ethernet (RoCE) ports need different NCCL settings; a port in the "
+                "other mode is a firmware setting (its port type)."),
+    ProfileFact("nics", "numa_node", "NUMA node of the NIC", False, tag="numa", why=_PLACED),
+    ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node", False, ranged=True, form="{} GiB",
+                tag="numa",
+                why="Less memory on a NUMA node than on the known-good node is a DIMM missing or "
+                "disabled; the data loaders bound to that node run short."),
+)
+# fmt: on
 BY_NAME = {(f.scope, f.key): f for f in FACTS}
+BY_RULE_ID = {f.rule_id: f for f in FACTS}
+# A failed profile check's fix, the same for every fact: the profile holds the expected values.
+PROFILE_FIX = (
+    "This node differs from its golden profile: fix the node, or, if the profile is what is "
+    "out of date, make it again (gpudoctor profile create) from known-good snapshots."
+)
 
 
 # The bounds of report.schema.json's envelope ``profile``: a snapshot is outside input, and a

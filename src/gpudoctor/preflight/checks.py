@@ -19,12 +19,19 @@ NEEDS = (
     ("gate-nic-rate", "nic_rate_gbps", "expect.nic_rate_gbps (--min-nic-rate)"),
     ("gate-nvlink-links", "nvlink_links", "expect.nvlink_links (--min-nvlink-links)"),
     ("deep", "deep", "the device test (deep.enabled or --deep)"),
+    # the area of the node profile's checks: each of them and the area need the profile to judge by
+    ("profile", "profile", "a node profile (profile: FILE)"),
 )
 
 
 def rule_keys(ruleset: Any) -> dict[str, set[str]]:
-    """Each rule's id, area and tags: what a required/ignore selector may name."""
-    return {rule.id: {rule.id, rule.area, *rule.tags} for rule in ruleset.rules}
+    """Each rule's id, area and tags, and each node profile check's (model/profile_facts.py): what a
+    required/ignore selector may name."""
+    from ..model.profile_facts import FACTS
+
+    keys = {fact.rule_id: set(fact.keys) for fact in FACTS}
+    keys.update({rule.id: {rule.id, rule.area, *rule.tags} for rule in ruleset.rules})
+    return keys
 
 
 def hang_rules(ruleset: Any) -> set[str]:

@@ -221,7 +221,7 @@ def judge(
     if policy.profile is not None:
         from ..fleet.profile import check as check_profile
 
-        findings += check_profile(facts, policy.profile)
+        findings += check_profile(facts, policy.profile, skip=policy.ignore)
 
     hang = hang_rules(ruleset)
     required = set(policy.required)

@@ -11,7 +11,36 @@ from ..model.profile_facts import FACTS
 from .layout import wrap
 
 
-def render_text(fleet: Any) -> str:
+def _figures(values: list[Any]) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, (int, float)) else "?" for v in values)
+
+
+def localized_lines(nodes: Any, width: int, drifting: dict[str, list[str]] | None = None) -> list[str]:
+    """What each gate --distributed report's localisation named (fleet.merge.localized), one entry
+    per slow node or pair; with ``drifting`` (node -> the facts it differs on) whether a slow node
+    also drifts. Strings from the reports are escaped here (layout.wrap)."""
+    lines: list[str] = []
+    for n in nodes:
+        found = n.localized
+        if found is None:
+            continue
+        job = f"in the gate --distributed of {n.node} ({len(found['nodes'])} nodes, {found['world_size']} ranks)"
+        best = found["best_pair_busbw_gbps"]
+        for slow in found["slow_nodes"]:
+            said = f"slow {job}: its pairs {_figures(found['slow_node_pairs'].get(slow, []))} GB/s"
+            said += f", the best pair {best:g} GB/s" if isinstance(best, (int, float)) else ""
+            if drifting is not None:
+                facts = drifting.get(slow, [])
+                said += f"; it also differs on {', '.join(facts)}" if facts else "; it differs on no profile fact"
+            lines += wrap(said, width, f"  {slow}  ", "    ")
+        for a, b in found["slow_pairs"]:
+            lines += wrap(f"slow pair (the link between them) {job}", width, f"  {a} – {b}  ", "    ")
+        if not found["slow_nodes"] and not found["slow_pairs"]:
+            lines += wrap(f"no node named {job}: localisation {found['status']}", width, "  ")
+    return (["", "Named by gate --distributed (its localisation)"] + lines) if lines else []
+
+
+def render_text(fleet: Any, width: int = 100) -> str:
     data = fleet.to_json()
     t = data["totals"]
     lines = [f"gpudoctor fleet: {t['nodes']} node(s) · {t['go']} go · {t['no_go']} no-go"]
@@ -20,11 +49,11 @@ def render_text(fleet: Any) -> str:
     bad = [n for n in fleet.nodes if n.verdict != "go"]
     if bad:
         lines += ["", "No-go nodes"]
-        width = max(len(n.node) for n in bad)
+        name_width = max(len(n.node) for n in bad)
         for n in bad:
             first = n.blocking[0] if n.blocking else ", ".join(n.failed) or "?"
             more = f" (+{len(n.blocking) - 1} more)" if len(n.blocking) > 1 else ""
-            lines.append(f"  {n.node:<{width}}  {first}{more}")
+            lines.append(f"  {n.node:<{name_width}}  {first}{more}")
     checks = data["checks"]
     if checks:
         lines += ["", f"  {'check':<40} {'failed on':>9} {'subjects':>8} {'unjudged on':>11}  nodes"]
@@ -38,6 +67,7 @@ def render_text(fleet: Any) -> str:
         lines += ["", f"  {'GPU model':<32} {'nodes':>5} {'GPUs':>5} {'no-go nodes':>11} {'failed GPUs':>11}"]
         for model, m in models.items():
             lines.append(f"  {model:<32} {m['nodes']:>5} {m['gpus']:>5} {m['no_go_nodes']:>11} {m['failed_gpus']:>11}")
+    lines += localized_lines(fleet.nodes, width)
     return "\n".join(lines) + "\n"
 
 
@@ -65,6 +95,11 @@ def render_drift(drift: Any, width: int = 100) -> str:
         name_width = max(len(printable(node)) for node, _ in f.differs)
         for node, value in f.differs:
             lines += wrap(f.fact.shown(value), width, f"    {printable(node):<{name_width}}  ")
+    differs: dict[str, list[str]] = {}
+    for f in drifting:
+        for node, _ in f.differs:
+            differs.setdefault(node, []).append(f.name)
+    lines += localized_lines(drift.localized, width, differs)
     agree = len(drift.facts) - len(drifting)
     lines += ["", f"{agree} fact(s) agree on every node."]
     blocking = sorted({f.key for f in FACTS if f.blocking}, key=[f.key for f in FACTS].index)

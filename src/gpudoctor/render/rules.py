@@ -10,8 +10,14 @@ from typing import Any
 
 from ..engine.loader import Rule, RuleSet
 from ..escaping import printable, printable_lines
-from ..findings import AREAS
+from ..findings import AREAS, Severity
+from ..model.profile_facts import FACTS, PROFILE_AREA, PROFILE_FIX, ProfileFact
 from .layout import fix_lines, wrap
+
+# What `rules list`, `rules show` and docs/rules.md say of a node profile's check (a profile-* id,
+# judged by fleet/profile.py against the profile's values, not by an expression).
+PROFILE_SEVERITY = Severity.ERROR
+PROFILE_JUDGED = "the node's value differs from the node profile's (check --profile FILE, the policy's profile:)"
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:
@@ -36,41 +42,115 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
     }
 
 
+def profile_check_dict(fact: ProfileFact) -> dict[str, Any]:
+    """A node profile's check in the shape of rule_dict: no expression; ``fail_if`` says in words
+    what it compares, ``facts`` the profile fact it reads."""
+    return {
+        "id": fact.rule_id,
+        "title": fact.check_title,
+        "area": PROFILE_AREA,
+        "severity": PROFILE_SEVERITY.value,
+        "action": fact.action,
+        "subject": fact.subject,
+        "tags": sorted(fact.keys - {fact.rule_id, PROFILE_AREA}),
+        "let": {},
+        "applies": "the node profile names this fact",
+        "fail_if": PROFILE_JUDGED,
+        "facts": [f"{fact.scope}.{fact.key}"],
+        "message": f"{fact.title} is <value>; the profile (<file>) expects <expected>",
+        "fix": PROFILE_FIX,
+        "why": fact.why,
+        "refs": [],
+        "docs": f"docs/rules.md#{fact.rule_id}",
+        "source": "src/gpudoctor/model/profile_facts.py",
+    }
+
+
 def list_json(ruleset: RuleSet) -> str:
-    return json.dumps([rule_dict(r) for r in ruleset.rules], indent=2, ensure_ascii=False) + "\n"
+    rows = [rule_dict(r) for r in ruleset.rules] + [profile_check_dict(f) for f in FACTS]
+    return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
 
 
 def list_text(ruleset: RuleSet, width: int = 100) -> str:
     """One line per rule, grouped by area; a title that does not fit `width` wraps under itself,
     and where the id, severity and subject columns leave under 20 columns for the title, each
     rule is its id on a line, then its severity, subject and title under it."""
-    id_width = max([len(printable(r.id)) for r in ruleset.rules] + [4])
+    # (area, id, severity, subject, title): the rules, then the node profile's checks
+    rows = [(r.area, r.id, r.severity.value, r.subject, r.title) for r in ruleset.rules]
+    rows += [(PROFILE_AREA, f.rule_id, PROFILE_SEVERITY.value, f.subject, f.check_title) for f in FACTS]
+    id_width = max([len(printable(row[1])) for row in rows] + [4])
     lines = []
     for area, heading in AREAS.items():
-        rules = [r for r in ruleset.rules if r.area == area]
-        if not rules:
+        chosen = [row for row in rows if row[0] == area]
+        if not chosen:
             continue
         lines.append(f"{heading}")
-        for r in rules:
-            lead = f"  {printable(r.id):<{id_width}}  {r.severity.value:<7}  {printable(r.subject):<9}  "
+        for _, rule_id, severity, subject, title in chosen:
+            lead = f"  {printable(rule_id):<{id_width}}  {severity:<7}  {printable(subject):<9}  "
             if width - len(lead) >= 20:
-                lines.extend(wrap(printable(r.title), width, lead))
+                lines.extend(wrap(printable(title), width, lead))
             else:  # no room for columns: the id alone, then severity, subject and title under it
-                lines.append(f"  {printable(r.id)}")
-                lines.extend(
-                    wrap(f"{r.severity.value} · {printable(r.subject)} · {printable(r.title)}", width, "      ")
-                )
+                lines.append(f"  {printable(rule_id)}")
+                lines.extend(wrap(f"{severity} · {printable(subject)} · {printable(title)}", width, "      "))
     lines.append("")
-    lines.extend(wrap(f"{len(ruleset.rules)} rules. `gpudoctor rules show ID` explains one.", width))
+    lines.extend(
+        wrap(
+            f"{len(ruleset.rules)} rules and {len(FACTS)} node profile checks (judged with check --profile "
+            "or the policy's profile:). `gpudoctor rules show ID` explains one.",
+            width,
+        )
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _block(label: str, text: str, width: int) -> list[str]:
+    out = [f"{label}:"]
+    # a margin of 4 columns, as the 96 of before at the default 100; commands never wrapped
+    out.extend(fix_lines(text.strip(), width - 4, "  ", "  "))
+    return out
+
+
+def show_profile_text(fact: ProfileFact, width: int = 100) -> str:
+    """`rules show profile-...`: a node profile's check, in the layout of show_text."""
+    tags = ", ".join(sorted(fact.keys - {fact.rule_id, PROFILE_AREA}))
+    lines = [
+        *wrap(f"{fact.rule_id}: {fact.check_title}", width),
+        *wrap(
+            f"area: {AREAS[PROFILE_AREA]} · severity: {PROFILE_SEVERITY.value} · subject: {fact.subject}"
+            + (f" · tags: {tags}" if tags else ""),
+            width,
+        ),
+        "",
+        *_block("Why it matters", fact.why, width),
+        "",
+        *wrap(
+            "the node profile names this fact (check --profile FILE, the gate policy's profile:)",
+            width,
+            "Applies when:  ",
+        ),
+        *wrap(
+            f"the node's {fact.title} is not the profile's value (one of its set, inside its range)",
+            width,
+            "Fails when:    ",
+        ),
+        *wrap(
+            f"{fact.scope}.{fact.key} of the node's profile facts (model/profile_facts.py)", width, "Reads:         "
+        ),
+        f"On failure:    recommends {fact.action}",
+        "",
+        *_block("Message", f"{fact.title} is <value>; the profile (<file>) expects <expected>", width),
+        "",
+        *_block("Fix", PROFILE_FIX, width),
+        "",
+        f"Docs: docs/rules.md#{fact.rule_id}",
+        *wrap("Defined in src/gpudoctor/model/profile_facts.py, judged by src/gpudoctor/fleet/profile.py", width),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def show_text(rule: Rule, width: int = 100) -> str:
     def block(label: str, text: str) -> list[str]:
-        out = [f"{label}:"]
-        # a margin of 4 columns, as the 96 of before at the default 100; commands never wrapped
-        out.extend(fix_lines(text.strip(), width - 4, "  ", "  "))
-        return out
+        return _block(label, text, width)
 
     lines = [
         *wrap(f"{printable(rule.id)}: {printable(rule.title)}", width),

@@ -383,10 +383,8 @@ def summary_lines(report: Report, style: Style = plain, width: int = WIDTH) -> l
         verdict = "Verdict: " + ", ".join(["OK", *_verdict_notes(fails, c)])
         verdict += f" — nothing failed at severity {report.fail_on.value} or above"
         out.extend(style(x, fg="green", bold=True) for x in flow(verdict, width))
-    # a profile-* check is no rule `rules show` knows (fleet/profile.py): the pointer names a rule
-    ruled = [f for f in report.findings if f.area != "profile"]
-    told = next((f for f in ruled if f.status is Status.FAIL), None) or next(
-        (f for f in ruled if f.status in (Status.UNKNOWN, Status.ERROR)), None
+    told = next((f for f in report.findings if f.status is Status.FAIL), None) or next(
+        (f for f in report.findings if f.status in (Status.UNKNOWN, Status.ERROR)), None
     )
     if told is not None:
         out.extend(

@@ -127,7 +127,7 @@ def command(
     if profile is not None:
         from ...fleet.profile import check as check_profile
 
-        findings += check_profile(facts, profile)
+        findings += check_profile(facts, profile, only, skip)
     report = Report(
         findings=findings,
         fail_on=Severity(fail_on),

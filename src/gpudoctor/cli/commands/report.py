@@ -83,7 +83,7 @@ def merge(reports: tuple[str, ...], drift: bool, fmt: str, output: str | None) -
     if fmt == "json":
         text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     else:
-        text = render_text(_printable(fleet))
+        text = render_text(_printable(fleet), output_width(sys.stdout, bool(output and output != "-")))
     write_output(text, output)
     sys.exit(1 if any(n.verdict != "go" for n in fleet.nodes) else 0)
 

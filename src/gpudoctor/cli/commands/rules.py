@@ -35,14 +35,18 @@ def rules_list(fmt: str, rule_dirs: tuple[str, ...]) -> None:
 @rules_option
 def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
     """Explain one rule: why it matters, what it reads, how to fix it."""
-    from ...render.rules import show_text
+    from ...model.profile_facts import BY_RULE_ID
+    from ...render.rules import show_profile_text, show_text
 
     ruleset = load_ruleset(rule_dirs, gate=True)  # the gate's checks too (area gate)
     rule = ruleset.by_id(rule_id)
+    if rule is None and rule_id in BY_RULE_ID:  # a node profile's check (model/profile_facts.py)
+        write_output(show_profile_text(BY_RULE_ID[rule_id], output_width(sys.stdout)), None)
+        return
     if rule is None:
         import difflib
 
-        close = difflib.get_close_matches(rule_id, [r.id for r in ruleset.rules], n=3)
+        close = difflib.get_close_matches(rule_id, [r.id for r in ruleset.rules] + list(BY_RULE_ID), n=3)
         raise UserError(f"no rule {rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
     write_output(show_text(rule, output_width(sys.stdout)), None)
 

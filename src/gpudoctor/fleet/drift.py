@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from ..model.profile_facts import ENTRY_KEY, FACTS, ProfileFact
 from .merge import NodeResult
+from .profile import entry_order
 
 _ENTRY_WORD = {"gpus": "GPU", "nics": "NIC", "numa_nodes": "NUMA node"}
 
@@ -85,10 +86,6 @@ def _values(node: NodeResult) -> dict[tuple[str, Any], dict[str, Any]]:
     return out
 
 
-def _order(key: Any) -> tuple[int, Any]:
-    return (0, key) if isinstance(key, int) else (1, str(key))
-
-
 def drift(nodes: Sequence[NodeResult]) -> Drift:
     with_facts = sorted((n for n in nodes if n.profile is not None), key=lambda n: n.node)
     without = sorted(n.node for n in nodes if n.profile is None)
@@ -102,7 +99,7 @@ def drift(nodes: Sequence[NodeResult]) -> Drift:
             holders.setdefault(where, []).append((position, entry))
     out: list[FactDrift] = []
     for fact in FACTS:
-        keys = [None] if fact.scope == "host" else sorted((k for s, k in holders if s == fact.scope), key=_order)
+        keys = [None] if fact.scope == "host" else sorted((k for s, k in holders if s == fact.scope), key=entry_order)
         for key in keys:
             name = fact.key if key is None else f"{_ENTRY_WORD[fact.scope]} {key} {fact.key}"
             known = [(p, e[fact.key]) for p, e in holders.get((fact.scope, key), []) if e.get(fact.key) is not None]

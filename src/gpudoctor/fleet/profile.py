@@ -93,7 +93,7 @@ def create(snapshots: Sequence[tuple[str, Mapping[str, Any]]]) -> Draft:
     notes: dict[str, str] = {}
     for scope in SCOPES:
         entries_out: list[dict[str, Any]] = []
-        for (s, key), facts_seen in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), _order(kv[0][1]))):
+        for (s, key), facts_seen in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), entry_order(kv[0][1]))):
             if s != scope:
                 continue
             entry: dict[str, Any] = {} if scope == "host" else {ENTRY_KEY[scope]: key}
@@ -113,7 +113,8 @@ def create(snapshots: Sequence[tuple[str, Mapping[str, Any]]]) -> Draft:
     return Draft(data, notes)
 
 
-def _order(key: Any) -> tuple[int, Any]:
+def entry_order(key: Any) -> tuple[int, Any]:
+    """How entries sort: by index (GPUs, NUMA nodes), else by name (NICs)."""
     return (0, key) if isinstance(key, int) else (1, str(key))
 
 
@@ -140,15 +141,19 @@ def profile_from_mapping(data: Any, source: str) -> Profile:
         )
     problem = validate("profile", data)
     if problem:
-        line = yaml_line(data, problem.split(":", 1)[0])
-        raise ProfileError(f"{source}{f':{line}' if line else ''}: {problem}")
+        raise ProfileError(f"{_at(source, data, problem.split(':', 1)[0])}: {problem}")
     _refuse_numbers_for_text(data, source)
     for scope, key in ENTRY_KEY.items():
         named = [e[key] for e in data.get(scope, [])]
         if len(set(map(json.dumps, named))) != len(named):
-            line = yaml_line(data, scope)
-            raise ProfileError(f"{source}{f':{line}' if line else ''}: {scope}: two entries with the same {key}")
+            raise ProfileError(f"{_at(source, data, scope)}: {scope}: two entries with the same {key}")
     return Profile(source, data)
+
+
+def _at(source: str, data: Mapping[str, Any], where: str) -> str:
+    """The file, and the line of ``where`` (a dotted path into the YAML) where it is known."""
+    line = yaml_line(data, where)
+    return f"{source}:{line}" if line else source
 
 
 def _refuse_numbers_for_text(data: Mapping[str, Any], source: str) -> None:
@@ -164,9 +169,8 @@ def _refuse_numbers_for_text(data: Mapping[str, Any], source: str) -> None:
                 values = spec.get("one_of", [spec]) if isinstance(spec, Mapping) else [spec]
                 if isinstance(spec, Mapping) and "one_of" not in spec or any(not isinstance(v, str) for v in values):
                     where = f"{scope}.{key}" if scope == "host" else f"{scope}[{number}].{key}"
-                    line = yaml_line(data, where)
                     raise ProfileError(
-                        f"{source}{f':{line}' if line else ''}: {where}: {fact.title} is text; write the value "
+                        f"{_at(source, data, where)}: {where}: {fact.title} is text; write the value "
                         'in quotes ("13.0"), a number would lose digits (12.10 is read as 12.1)'
                     )
 

@@ -509,6 +509,21 @@ def test_gate_npd_gives_one_ascii_line_whatever_the_snapshot_holds(capsys, tmp_p
     assert_clean(out)
 
 
+def test_gate_npd_that_breaks_is_unknown_not_a_node_problem(capsys, monkeypatch):
+    # a bug anywhere in the gate: NPD reads exit status 1 as NonOK, so it must be 2 (Unknown)
+    import gpudoctor.render.npd
+
+    def broken(report):
+        raise RuntimeError("a bug\x1b[2J\nFORGED")
+
+    monkeypatch.setattr(gpudoctor.render.npd, "render", broken)
+    code, out, err = cli(capsys, "gate", "--npd", "--facts", str(SNAPSHOT))
+    assert code == 2 and out == "could not run: internal error: RuntimeError: a bug\\x1b[2J FORGED\n"
+    assert "Traceback" in err  # NPD logs stderr: the bug is reported there
+    monkeypatch.undo()
+    assert cli(capsys, "gate", "--npd", "--facts", str(SNAPSHOT))[0] == 0
+
+
 def test_drift_over_hostile_reports_reaches_the_terminal_escaped(capsys, tmp_path):
     reports = []
     for number in range(3):

@@ -117,6 +117,13 @@ def test_a_fact_the_node_does_not_give_is_unknown_and_a_missing_gpu_fails(tmp_pa
         ("profile_version: 1\nhost: {kernel: a, kernel: b}\n", "duplicate key"),
         ("- 1\n", "p.yaml: a profile is a mapping"),
         ("profile_version: 1\nhost:\n  gpu_count: {min: 1}\n", "p.yaml:3: host.gpu_count"),
+        # values that would fail on every node, saying "x16; the profile expects x16"
+        ('profile_version: 1\ngpus:\n  - index: 0\n    pcie_width: "16"\n', "p.yaml:3: gpus[0].pcie_width: PCIe"),
+        ('profile_version: 1\nhost:\n  gpu_count: {one_of: [8, "8"]}\n', "p.yaml:3: host.gpu_count: GPU count is a"),
+        (
+            "profile_version: 1\nnuma_nodes:\n  - id: 0\n    memory_gib: {min: 9, max: 1}\n",
+            "p.yaml:4: numa_nodes[0].memory_gib: min is above max",
+        ),
     ],
 )
 def test_bad_profiles_are_refused_with_file_and_line(tmp_path, capsys, content, needle):

@@ -349,6 +349,34 @@ def test_report_merge_refuses_deep_and_long_input(capsys: pytest.CaptureFixture[
     assert code in (0, 1) and time.monotonic() - started < 5
 
 
+def test_drift_over_one_report_of_thousands_of_entries_stays_quick_and_short(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A node's report may list 4096 GPUs and NICs and 1024 NUMA nodes that no other node has: the
+    drift counts each entry once (it was entries × nodes: 40 s for this fleet) and its head names
+    a few of the blocking facts, not all twenty thousand."""
+    from gpudoctor.fleet.drift import drift
+    from gpudoctor.fleet.merge import NodeResult
+    from gpudoctor.render.fleet import HEAD_NAMES, render_drift
+
+    report = _report(capsys, ["check", "--facts", str(SNAPSHOTS / "h200-x2.json"), "--format", "json"])
+    usual = report["envelope"]["profile"]
+    hostile = copy.deepcopy(usual)
+    hostile["gpus"] = [dict(usual["gpus"][0], index=i, pcie_gen=4) for i in range(4096)]
+    nic = {"rate_gbps": 400, "link_layer": "Ethernet", "numa_node": 0}
+    hostile["nics"] = [dict(nic, name=f"mlx5_{i}") for i in range(4096)]
+    hostile["numa_nodes"] = [{"id": i, "memory_gib": 1} for i in range(1024)]
+    nodes = [NodeResult(f"node-{i:03}", "r.json", "check", "go", "", profile=usual) for i in range(300)]
+    nodes.append(NodeResult("hostile", "h.json", "check", "go", "", profile=hostile))
+    started = time.monotonic()
+    found = drift(nodes)
+    assert time.monotonic() - started < 10
+    assert len(found.blocking) > 10_000 and found.exit_code == 1
+    assert [f.differs for f in found.drifting][:1] == [[("hostile", 4)]]  # GPU 0 pcie_gen: Gen4 on one node
+    head = render_drift(found, 100).split("\n\n")[0]
+    assert len(head.splitlines()) <= 3 and f"and {len(found.blocking) - HEAD_NAMES} more (exit status 1)" in head
+
+
 # --- root trees ----------------------------------------------------------------------------------
 
 ROOT_COMMANDS = [

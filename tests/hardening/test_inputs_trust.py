@@ -129,6 +129,14 @@ def test_a_fifo_or_device_as_any_input_is_refused_without_waiting(
         refused(capsys, "not a regular file", "check", "--facts", target)
         refused(capsys, "not a regular file", "report", "merge", target)
         refused(capsys, "not a regular file", "gate", "--facts", str(REAL), "--policy", target)
+        refused(capsys, "not a regular file", "check", "--facts", str(REAL), "--profile", target)
+        refused(capsys, "not a regular file", "report", "merge", "--drift", target)
+        refused(capsys, "not a regular file", "profile", "create", target, "-o", str(tmp_path / "p.yaml"))
+        # a policy's profile: is read like the profile option
+        policy = tmp_path / "with-profile.yaml"
+        policy.write_text(f"profile: {json.dumps(target)}\n")
+        refused(capsys, "not a regular file", "gate", "--facts", str(REAL), "--policy", str(policy))
+    assert not (tmp_path / "p.yaml").exists()
     rules = tmp_path / "rules"
     rules.mkdir()
     os.mkfifo(rules / "r.yaml")
@@ -150,6 +158,19 @@ def test_a_file_larger_than_any_real_input_is_refused_unread(
     with open(policy, "wb") as fh:
         fh.truncate(50 << 20)
     refused(capsys, "larger than", "gate", "--facts", str(REAL), "--policy", str(policy))
+    refused(capsys, "larger than", "check", "--facts", str(REAL), "--profile", str(policy))
+    refused(capsys, "larger than", "profile", "create", str(huge), "-o", str(tmp_path / "p.yaml"))
+    refused(capsys, "larger than", "report", "merge", "--drift", str(huge))
+
+
+def test_alias_bomb_and_deep_nesting_in_a_profile_are_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("profile_version: 1\nbombs:\n" + "".join(f"  {line}\n" for line in BOMB.splitlines()))
+    refused(capsys, "through its aliases", "check", "--facts", str(REAL), "--profile", str(profile))
+    profile.write_text("profile_version: 1\nhost: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    refused(capsys, "nesting", "check", "--facts", str(REAL), "--profile", str(profile))
 
 
 def test_a_fifo_with_a_writer_is_still_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -159,12 +159,13 @@ def test_a_fifo_without_a_reader_fails_at_once(capsys, tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-def test_a_symlink_to_a_regular_file_is_refused_and_the_file_kept(capsys, tmp_path):
+@pytest.mark.parametrize("command", [["check", "--facts"], ["profile", "create"]], ids=" ".join)
+def test_a_symlink_to_a_regular_file_is_refused_and_the_file_kept(capsys, tmp_path, command):
     precious = tmp_path / "shadow"
     precious.write_text("root:secret\n")
     link = tmp_path / "report.txt"
     link.symlink_to(precious)
-    code, _, err = cli(capsys, "check", "--facts", str(SNAPSHOT), "-o", str(link))
+    code, _, err = cli(capsys, *command, str(SNAPSHOT), "-o", str(link))
     assert code == 2 and one_line(err)
     assert f"cannot write {link}: it is a symbolic link" in err and "give the file it points to" in err
     assert precious.read_text() == "root:secret\n" and link.is_symlink()
@@ -272,6 +273,8 @@ OUTPUT_OPTIONS = {
     "tiers -o": lambda p, t: ["tiers", "--facts", str(SNAPSHOT), "-o", p],
     "tiers --plot": lambda p, t: ["tiers", "--facts", str(SNAPSHOT), "--plot", p],
     "report merge -o": lambda p, t: ["report", "merge", _report(t), "-o", p],
+    "report merge --drift -o": lambda p, t: ["report", "merge", "--drift", _report(t), "-o", p],
+    "profile create -o": lambda p, t: ["profile", "create", str(SNAPSHOT), "-o", p],
     "gate --json": lambda p, t: ["gate", "--facts", str(SNAPSHOT), "--json", p],
     "gate --junit": lambda p, t: ["gate", "--facts", str(SNAPSHOT), "--junit", p],
     "gate --prometheus": lambda p, t: ["gate", "--facts", str(SNAPSHOT), "--prometheus", p],
@@ -423,6 +426,126 @@ def test_merged_reports_reach_the_terminal_escaped(capsys, tmp_path):
     assert "NVIDIA ev\\x1b]0;pwned" in out
     code, out, err = cli(capsys, "report", "merge", path, "--format", "json")
     assert code == 1 and CONTROL.search(out) is None and json.loads(out)
+
+
+def test_a_profile_made_from_hostile_snapshots_holds_their_text_as_values_only(capsys, tmp_path):
+    """A snapshot's host name, GPU names and file name carry newlines, quotes, YAML and escapes:
+    the profile holds them as strings, adds no key, and its comments carry no control character."""
+    from gpudoctor.fleet.profile import load_profile
+
+    forged = 'x"\n  gpu_count: 99\nnics: []\n# ' + EVIL
+    data = json.loads(Path(evil_snapshot(tmp_path)).read_text())
+    data["host"]["hostname"] = forged
+    data["nvml"]["gpus"][1]["name"] = forged
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(data))
+    two = tmp_path / 'two\n  gpu_count: 7\n" \x1b[2J.json'
+    two.write_text(SNAPSHOT.read_text())
+    profile = tmp_path / "node.yaml"
+    code, out, err = cli(capsys, "profile", "create", str(one), str(two), "-o", str(profile))
+    assert code == 0 and out == "" and err == "", err
+    text = profile.read_text()
+    assert_clean(text)
+    loaded = load_profile(profile).data
+    assert [m["snapshot"] for m in loaded["made_from"]] == [str(one), str(two)]
+    assert loaded["made_from"][0]["hostname"] == forged
+    assert loaded["host"]["gpu_count"] == 2 and "nics" in loaded and loaded["nics"] == []
+    mixed = " + ".join(sorted(["NVIDIA H200 " + EVIL, forged]))  # one snapshot's two GPU names
+    assert loaded["host"]["gpu_model"] == {"one_of": sorted([mixed, "NVIDIA H200"])}
+    # the note on the differing model names both, escaped, on one comment line
+    notes = [line for line in text.splitlines() if "differed" in line]
+    assert len(notes) == 1 and notes[0].startswith("  # differed between the snapshots:"), notes
+    assert "\\x1b]0;pwned" in notes[0] and "gpu_count: 99" in notes[0]
+
+
+PROFILE_EVIL = (
+    "profile_version: 1\n"
+    'host: {gpu_model: "\\e]0;pwned\\a\\u202e", driver: {one_of: ["\\x9b31m", "\\r\\nFORGED"]}}\n'
+    'nics: [{name: "mlx5_\\e[2J", rate_gbps: 400}]\n'
+    'gpus: [{index: 0, nic: "\\e]52;c;eA==\\a"}]\n'
+)
+
+
+PROFILE_COMMANDS = [["check"], ["check", "-v"], ["check", "--format", "json"], ["gate"], ["gate", "--npd"]]
+
+
+@pytest.mark.parametrize("args", [*PROFILE_COMMANDS, ["gate", "--format", "json"]], ids=" ".join)
+def test_a_hostile_profile_reaches_the_terminal_escaped(capsys, tmp_path, args):
+    profile = tmp_path / "evil\x1b]0;t\x07.yaml"
+    profile.write_text(PROFILE_EVIL)
+    if args[0] == "gate":
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(f"profile: {json.dumps(str(profile))}\n")
+        extra = ["--policy", str(policy)]
+    else:
+        extra = ["--profile", str(profile)]
+    code, out, err = cli(capsys, *args, "--facts", str(SNAPSHOT), *extra)
+    assert code == 1, err
+    assert_clean(out)
+    assert_clean(err)
+    if "json" in args:
+        assert json.loads(out)
+    elif "--npd" in args:
+        assert out.count("\n") == 1 and out.isascii() and "\\x1b]0;pwned" in out
+    else:
+        assert "\\x1b]0;pwned" in out + err
+
+
+def test_gate_npd_gives_one_ascii_line_whatever_the_snapshot_holds(capsys, tmp_path):
+    from gpudoctor.render.npd import MAX_REASON_CHARS
+
+    data = json.loads(Path(evil_snapshot(tmp_path)).read_text())
+    data["nvml"]["gpus"][0]["name"] = ("\u2028\n" + EVIL + " ü ☃ " * 200) * 3  # long, wide and many lines
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(data))
+    code, out, err = cli(capsys, "gate", "--npd", "--facts", str(path), "--expect-model", "A100")
+    assert code == 1, err
+    line = out[:-1]
+    assert out.endswith("\n") and "\n" not in line and line.isascii() and line.isprintable()
+    assert len(line) <= MAX_REASON_CHARS and line.startswith("no-go: ")
+    # a gate that cannot run is NPD's Unknown (2), never OK (0) or NonOK (1), on one line too
+    code, out, err = cli(capsys, "gate", "--npd", "--facts", str(tmp_path / ("gone\n" + EVIL + ".json")))
+    assert code == 2 and out.count("\n") == 1 and out.startswith("could not run: ") and out.isascii()
+    assert_clean(out)
+
+
+def test_gate_npd_that_breaks_is_unknown_not_a_node_problem(capsys, monkeypatch):
+    # a bug anywhere in the gate: NPD reads exit status 1 as NonOK, so it must be 2 (Unknown)
+    import gpudoctor.render.npd
+
+    def broken(report):
+        raise RuntimeError("a bug\x1b[2J\nFORGED")
+
+    monkeypatch.setattr(gpudoctor.render.npd, "render", broken)
+    code, out, err = cli(capsys, "gate", "--npd", "--facts", str(SNAPSHOT))
+    assert code == 2 and out == "could not run: internal error: RuntimeError: a bug\\x1b[2J FORGED\n"
+    assert "Traceback" in err  # NPD logs stderr: the bug is reported there
+    monkeypatch.undo()
+    assert cli(capsys, "gate", "--npd", "--facts", str(SNAPSHOT))[0] == 0
+
+
+def test_drift_over_hostile_reports_reaches_the_terminal_escaped(capsys, tmp_path):
+    reports = []
+    for number in range(3):
+        path = Path(_report(tmp_path)).rename(tmp_path / f"node{number}.json")
+        data = json.loads(path.read_text())
+        data["envelope"]["host"]["hostname"] = f"node{number}{EVIL if number == 2 else ''}"
+        if number == 2:
+            facts = data["envelope"]["profile"]
+            facts["host"]["gpu_model"] = EVIL
+            facts["nics"] = [{"name": EVIL, "rate_gbps": 400, "link_layer": EVIL, "numa_node": 0}]
+        path.write_text(json.dumps(data))
+        reports.append(str(path))
+    code, out, err = cli(capsys, "report", "merge", "--drift", *reports)
+    assert code == 1, err  # the model differs on one node: a blocking fact
+    assert_clean(out)
+    assert_clean(err)
+    assert "ev\\x1b]0;pwned" in out and "FORGED LINE" in out and not any(
+        line.startswith("FORGED") for line in out.splitlines()
+    )
+    code, out, err = cli(capsys, "report", "merge", "--drift", "--format", "json", *reports)
+    assert code == 1 and CONTROL.search(out) is None
+    assert EVIL in {fact["differs"][0]["value"] for fact in json.loads(out)["facts"] if fact["differs"]}
 
 
 def test_error_messages_are_one_line_without_control_characters(capsys):

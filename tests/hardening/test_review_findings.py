@@ -5,19 +5,25 @@
 2. Recorded answers under --root (torch.json) are read as strict JSON: a probe never writes a
    snapshot that check --facts then refuses.
 3. What the NUMA planner says about CUDA_VISIBLE_DEVICES is bounded, however long the value.
+4. The distributed gate's test-only all-reduce delay, set on every rank, cannot hide a slow node:
+   a localisation that a delayed rank measured in is never "even" (wave 7 review).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.cli.root import run
+from gpudoctor.preflight.distributed import localisation_blocks
+from gpudoctor.preflight.policy import Policy
 from tests.conftest import HOSTS, SNAPSHOTS
 from tests.hardening.roots import light_copy
 
@@ -151,3 +157,87 @@ def test_duplicates_are_said_once(capsys, tmp_path):
     warnings = [w for w in json.loads(out)["warnings"] if "more than once" in w or "twice" in w]
     assert len(warnings) == 1, warnings
     assert "(3 repeated entries)" in warnings[0]
+
+
+# --- 4. the localisation's test-only delay cannot make a gate go -----------------------------------
+
+
+class _Job:
+    """Four ranks, one per node, as threads: the collectives the localisation makes (the MAX
+    agreement, the all-gather of each rank's measurement) meet at a barrier; each group's
+    all-reduce takes a made-up time, slow for every group node 2 is in, plus the delay."""
+
+    def __init__(self, ranks: int) -> None:
+        self.barrier = threading.Barrier(ranks, timeout=20)
+        self.slots: list[Any] = [None] * ranks
+
+    def exchange(self, rank: int, value: Any) -> list[Any]:
+        self.slots[rank] = value
+        self.barrier.wait()
+        seen = list(self.slots)
+        self.barrier.wait()  # nobody writes the next round's value before all have read this one
+        return seen
+
+
+def _localise_job(delay: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    from gpudoctor.preflight.localize import TEST_DELAY, TEST_SWITCH, Exchange, analyse, node_layout, run_rounds
+
+    if delay:  # as a job whose environment carries it to every rank would have it
+        monkeypatch.setenv(TEST_SWITCH, "1")
+        monkeypatch.setenv(TEST_DELAY, "10")
+    job = _Job(4)
+    nodes = node_layout([{"rank": r, "node": f"n{r}", "node_rank": r} for r in range(4)])
+
+    class Rank(Exchange):
+        def any_rank(self, flag: bool) -> bool:
+            return any(job.exchange(self.rank, flag))
+
+        def time_group(self, group: Any, delay_s: float, deadline: float) -> tuple[float, int]:
+            per_call = 0.1 if 2 in group else 0.01  # node 2's link is ten times slower
+            return delay_s + per_call, self.iterations  # the delay is inside the timed part
+
+    class Dist:
+        @staticmethod
+        def new_group(ranks: list[int], timeout: Any) -> list[int]:
+            return ranks
+
+    results: dict[int, Any] = {}
+
+    def rank_main(rank: int) -> None:
+        ex = Rank(None, Dist(), None, rank, None, 1, 3)
+        results[rank] = run_rounds(ex, nodes, 30.0, lambda mine: [dict(r) for r in job.exchange(rank, mine)])
+
+    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == [0, 1, 2, 3]
+    measured, stopped = results[0]
+    assert all(results[rank] == results[0] for rank in range(4))  # every rank comes to the same
+    return analyse(nodes, measured, 0.8, stopped)
+
+
+def test_the_slow_node_is_named_without_the_delay(monkeypatch):
+    from gpudoctor.preflight.localize import TEST_SWITCH
+
+    monkeypatch.delenv(TEST_SWITCH, raising=False)
+    result = _localise_job(False, monkeypatch)
+    assert result["status"] == "slow" and result["slow_nodes"] == ["n2"] and result["test_delay"] is False
+    assert localisation_blocks(result, Policy())
+
+
+def test_the_test_only_delay_on_every_rank_cannot_hide_a_slow_node(monkeypatch):
+    # 10 s of delay in each 0.01-0.1 s figure makes node 2's pairs look like the others'; the
+    # localisation must not call that even (a gate with --localize would go)
+    result = _localise_job(True, monkeypatch)
+    assert result["status"] == "unknown" and result["slow_nodes"] == []
+    assert "test-only delay" in result["unknown_because"] and result["test_delay"] is True
+    assert localisation_blocks(result, Policy()) and localisation_blocks(result, Policy(fail_closed=False))
+    from gpudoctor.render.gate_distributed import render_table
+
+    rank = {"local_rank": 0, "gpu": "GPU 0", "verdict": "go", "blocking": []}
+    rows = [{**rank, "rank": r, "node": f"n{r}"} for r in range(4)]
+    result.update(why="--localize", mib=1, iterations=3, seconds=0.5)
+    text = render_table(rows, "gloo", None, lambda s, **_: s, Policy(fail_closed=False), 100, result)
+    assert "Verdict: NO-GO — localisation unknown (the test-only delay was set)" in " ".join(text.split())

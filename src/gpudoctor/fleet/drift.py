@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from ..model.profile_facts import ENTRY_KEY, FACTS, ProfileFact
 from .merge import NodeResult
+from .profile import entry_order
 
 _ENTRY_WORD = {"gpus": "GPU", "nics": "NIC", "numa_nodes": "NUMA node"}
 
@@ -88,33 +89,43 @@ def _values(node: NodeResult) -> dict[tuple[str, Any], dict[str, Any]]:
     return out
 
 
-def _order(key: Any) -> tuple[int, Any]:
-    return (0, key) if isinstance(key, int) else (1, str(key))
-
-
 def drift(nodes: Sequence[NodeResult]) -> Drift:
     with_facts = sorted((n for n in nodes if n.profile is not None), key=lambda n: n.node)
     without = sorted(n.node for n in nodes if n.profile is None)
-    values = {n.node: _values(n) for n in with_facts}
-    entries: dict[str, set[Any]] = {scope: set() for scope in ENTRY_KEY}
-    for per_node in values.values():
-        for scope, key in per_node:
-            if scope != "host":
-                entries[scope].add(key)
+    names = [n.node for n in with_facts]
+    # (scope, entry key) -> [(position of the node by name, its entry)]: a fact is counted over the
+    # nodes that have its entry, and the others are "unknown" together, so one report of thousands
+    # of GPUs or NICs no other node has costs its own entries, not entries × the fleet's nodes
+    holders: dict[tuple[str, Any], list[tuple[int, dict[str, Any]]]] = {}
+    for position, node in enumerate(with_facts):
+        for where, entry in _values(node).items():
+            holders.setdefault(where, []).append((position, entry))
     out: list[FactDrift] = []
     for fact in FACTS:
-        keys = [None] if fact.scope == "host" else sorted(entries[fact.scope], key=_order)
+        keys = [None] if fact.scope == "host" else sorted((k for s, k in holders if s == fact.scope), key=entry_order)
         for key in keys:
             name = fact.key if key is None else f"{_ENTRY_WORD[fact.scope]} {key} {fact.key}"
-            seen = [(n.node, values[n.node].get((fact.scope, key), {}).get(fact.key)) for n in with_facts]
-            if all(v is None for _, v in seen):
+            known = [(p, e[fact.key]) for p, e in holders.get((fact.scope, key), []) if e.get(fact.key) is not None]
+            if not known:
                 continue  # no node knows it: nothing to compare
-            counts: dict[str, list[Any]] = {}  # JSON of a value -> [value, nodes with it]
-            for node, value in seen:
-                counts.setdefault(json.dumps(value), [value, []])[1].append(node)
+            counts: dict[str, list[Any]] = {}  # JSON of a value -> [value, positions of the nodes with it]
+            for position, value in known:
+                counts.setdefault(json.dumps(value), [value, []])[1].append(position)
+            unknown = len(names) - len(known)
+            if unknown:
+                have = {p for p, _ in known}
+                first = next(p for p in range(len(names)) if p not in have)
+                counts[json.dumps(None)] = [None, [first]]  # the first is all the tie-break needs
             # most nodes first; a tie goes to the value whose first node sorts first
-            majority, holders = min(counts.values(), key=lambda c: (-len(c[1]), c[1][0]))
-            differs = [(node, value) for node, value in seen if json.dumps(value) != json.dumps(majority)]
-            out.append(FactDrift(name, fact, majority, len(holders), differs))
+            sizes = {text: unknown if c[0] is None else len(c[1]) for text, c in counts.items()}
+            text = min(counts, key=lambda t: (-sizes[t], counts[t][1][0]))
+            majority = counts[text][0]
+            if majority is None:
+                differs = [(names[p], v) for p, v in known]
+            else:
+                same = set(counts[text][1])
+                value_of = dict(known)
+                differs = [(names[p], value_of.get(p)) for p in range(len(names)) if p not in same]
+            out.append(FactDrift(name, fact, majority, sizes[text], differs))
     localized = sorted((n for n in nodes if n.localized is not None), key=lambda n: n.node)
-    return Drift([n.node for n in with_facts], without, out, localized)
+    return Drift(names, without, out, localized)

@@ -104,7 +104,7 @@ def create(snapshots: Sequence[tuple[str, Mapping[str, Any]]]) -> Draft:
     notes: dict[str, str] = {}
     for scope in SCOPES:
         entries_out: list[dict[str, Any]] = []
-        for (s, key), facts_seen in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), _order(kv[0][1]))):
+        for (s, key), facts_seen in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), entry_order(kv[0][1]))):
             if s != scope:
                 continue
             entry: dict[str, Any] = {} if scope == "host" else {ENTRY_KEY[scope]: key}
@@ -124,7 +124,8 @@ def create(snapshots: Sequence[tuple[str, Mapping[str, Any]]]) -> Draft:
     return Draft(data, notes)
 
 
-def _order(key: Any) -> tuple[int, Any]:
+def entry_order(key: Any) -> tuple[int, Any]:
+    """How entries sort: by index (GPUs, NUMA nodes), else by name (NICs)."""
     return (0, key) if isinstance(key, int) else (1, str(key))
 
 
@@ -151,35 +152,48 @@ def profile_from_mapping(data: Any, source: str) -> Profile:
         )
     problem = validate("profile", data)
     if problem:
-        line = yaml_line(data, problem.split(":", 1)[0])
-        raise ProfileError(f"{source}{f':{line}' if line else ''}: {problem}")
-    _refuse_numbers_for_text(data, source)
+        raise ProfileError(f"{_at(source, data, problem.split(':', 1)[0])}: {problem}")
+    _refuse_wrong_kinds(data, source)
     for scope, key in ENTRY_KEY.items():
         named = [e[key] for e in data.get(scope, [])]
         if len(set(map(json.dumps, named))) != len(named):
-            line = yaml_line(data, scope)
-            raise ProfileError(f"{source}{f':{line}' if line else ''}: {scope}: two entries with the same {key}")
+            raise ProfileError(f"{_at(source, data, scope)}: {scope}: two entries with the same {key}")
     return Profile(source, data)
 
 
-def _refuse_numbers_for_text(data: Mapping[str, Any], source: str) -> None:
-    """A version written without quotes (cuda: 13.0) is a number to YAML, and 12.10 would be 12.1:
-    refused with the line, rather than a deviation no one can see."""
+def _at(source: str, data: Mapping[str, Any], where: str) -> str:
+    """The file, and the line of ``where`` (a dotted path into the YAML) where it is known."""
+    line = yaml_line(data, where)
+    return f"{source}:{line}" if line else source
+
+
+def _refuse_wrong_kinds(data: Mapping[str, Any], source: str) -> None:
+    """A value of the wrong kind would fail on every node with a message no one can follow ("GPU
+    count is 2; the profile expects 2"): refused with the line instead. A version written without
+    quotes (cuda: 13.0) is a number to YAML, and 12.10 would be 12.1; a count or width in quotes
+    ("16") is text, never equal to the number; a range whose min is above its max holds nothing."""
     for scope in SCOPES:
         entries = [data.get("host", {})] if scope == "host" else data.get(scope, [])
         for number, entry in enumerate(entries):
             for key, spec in entry.items():
                 fact = BY_NAME.get((scope, key))
-                if fact is None or not fact.text:
+                if fact is None:
                     continue
+                where = f"{scope}.{key}" if scope == "host" else f"{scope}[{number}].{key}"
+                ranged = isinstance(spec, Mapping) and "one_of" not in spec
                 values = spec.get("one_of", [spec]) if isinstance(spec, Mapping) else [spec]
-                if isinstance(spec, Mapping) and "one_of" not in spec or any(not isinstance(v, str) for v in values):
-                    where = f"{scope}.{key}" if scope == "host" else f"{scope}[{number}].{key}"
-                    line = yaml_line(data, where)
+                if fact.text and (ranged or any(not isinstance(v, str) for v in values)):
                     raise ProfileError(
-                        f"{source}{f':{line}' if line else ''}: {where}: {fact.title} is text; write the value "
+                        f"{_at(source, data, where)}: {where}: {fact.title} is text; write the value "
                         'in quotes ("13.0"), a number would lose digits (12.10 is read as 12.1)'
                     )
+                if not fact.text and any(isinstance(v, str) for v in values):
+                    raise ProfileError(
+                        f"{_at(source, data, where)}: {where}: {fact.title} is a number; write it "
+                        'without quotes (16, not "16"): text never equals the number'
+                    )
+                if ranged and spec["min"] > spec["max"]:
+                    raise ProfileError(f"{_at(source, data, where)}: {where}: min is above max: nothing is in it")
 
 
 def load_profile(path: str | Path) -> Profile:

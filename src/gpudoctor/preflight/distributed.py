@@ -246,9 +246,12 @@ class DistributedOutcome:
 
 
 def localisation_blocks(localisation: Mapping[str, Any] | None, policy: Policy | None) -> bool:
-    """A slow node or pair blocks; a localisation cut short (unknown) blocks when fail-closed."""
+    """A slow node or pair blocks; a localisation cut short (unknown) blocks when fail-closed; one
+    that the test-only delay was set for always blocks (it may hide a slow node: localize.py)."""
     if not localisation:
         return False
+    if localisation.get("test_delay"):
+        return True
     if localisation["slow_nodes"] or localisation["slow_pairs"]:
         return True
     return localisation["status"] == "unknown" and (policy is None or policy.fail_closed)

@@ -23,7 +23,11 @@ round that is not run or whose collective times out leaves the result unknown, n
 
 Test-only: with GPUDOCTOR_TEST_ONLY=1, GPUDOCTOR_TEST_ONLY_ALLREDUCE_DELAY_S makes this rank
 sleep that long before each timed all-reduce of the localisation (the tests slow one stand-in
-node down with it). It only ever adds time and only here, so it cannot make a gate go.
+node down with it). Adding time alone could still hide a slow node: the same delay on every rank
+makes every figure the delay's, and a slow node's figure then looks like the others'. So a
+measurement a delayed rank took in says so, and a localisation with one is never "even" or
+"inconclusive" (it is "unknown", and ``test_delay`` says why) and always blocks, fail-open or
+not (preflight/distributed.localisation_blocks): the delay can make a gate no-go, never go.
 """
 
 from __future__ import annotations
@@ -190,6 +194,8 @@ def run_rounds(
             mine = {"round": number + 1, "kind": kind, "nodes": list(group_nodes), "ranks": len(ranks)}
             if ex.rank == ranks[0]:
                 mine["lead"] = True
+            if delay:
+                mine["delayed"] = True
             try:
                 per_call, done = ex.time_group(group, delay, deadline)
                 if done:
@@ -200,7 +206,12 @@ def run_rounds(
             except Exception as exc:  # a collective that timed out: this group is unknown
                 first = str(exc).splitlines()[0][:200] if str(exc) else ""
                 mine["problem"] = f"{type(exc).__name__}: {first}"
-        results.extend(r for r in gather(mine) if r.pop("lead", False))
+        rows = gather(mine)
+        # a group's figure is its slowest member's: delayed when any member was
+        delayed = {(r["round"], tuple(r["nodes"])) for r in rows if r.pop("delayed", False)}
+        for row in rows:
+            if row.pop("lead", False):
+                results.append({**row, "delayed": True} if (row["round"], tuple(row["nodes"])) in delayed else row)
         if any("problem" in r for r in results):
             stopped = f"round {number + 1} ({kind}) did not finish: " + next(
                 r["problem"] for r in results if "problem" in r
@@ -250,6 +261,10 @@ def analyse(nodes: Sequence[Node], results: Sequence[dict[str, Any]], fraction: 
     # with nothing to compare (two nodes of one rank each: one pair) no figure can be called slow
     compared = len([v for v in intra.values() if v is not None]) >= 2 or len(pairs) >= 2
     status = "unknown" if stopped else ("slow" if slow_nodes or slow_pairs else "even" if compared else "inconclusive")
+    delayed = any(r.get("delayed") for r in results)
+    if status in ("even", "inconclusive") and delayed:
+        status = "unknown"
+        stopped = f"the test-only delay ({TEST_DELAY}) was set: the figures measure it, not the network"
     return {
         "status": status,
         "fraction": fraction,
@@ -261,6 +276,7 @@ def analyse(nodes: Sequence[Node], results: Sequence[dict[str, Any]], fraction: 
         "rounds_run": len({r["round"] for r in results}),
         "rounds_planned": len(schedule(nodes)),
         "unknown_because": stopped or None,
+        "test_delay": delayed,
     }
 
 

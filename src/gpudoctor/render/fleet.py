@@ -71,6 +71,10 @@ def render_text(fleet: Any, width: int = 100) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Blocking facts the head names, at most; each is also listed below it with its nodes.
+HEAD_NAMES = 8
+
+
 def render_drift(drift: Any, width: int = 100) -> str:
     """`report merge --drift` for people: the facts nodes differ on, each with the majority value
     and the differing nodes and their values; then what agrees and which facts block. Every
@@ -79,7 +83,10 @@ def render_drift(drift: Any, width: int = 100) -> str:
     drifting = drift.drifting
     head = f"gpudoctor fleet drift: {total} node(s) · {len(drifting)} fact(s) differ"
     if drift.blocking:
-        head += f" · blocking: {', '.join(f.name for f in drift.blocking)} (exit status 1)"
+        # the first few, so that the head stays a line or two when a node differs on everything
+        named = [f.name for f in drift.blocking[:HEAD_NAMES]]
+        more = len(drift.blocking) - len(named)
+        head += f" · blocking: {', '.join(named)}{f' and {more} more' if more else ''} (exit status 1)"
     lines = wrap(head, width, "", "  ")
     if drift.without:
         lines += wrap(

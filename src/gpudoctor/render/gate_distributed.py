@@ -138,7 +138,8 @@ def render_table(
         what += [f"slow node {x}" for x in localisation["slow_nodes"]] if localisation else []
         what += [f"slow pair {a} – {b}" for a, b in localisation["slow_pairs"]] if localisation else []
         if localisation and localisation["status"] == "unknown":
-            what.append("localisation unknown (fail-closed)")
+            why = "the test-only delay was set" if localisation.get("test_delay") else "fail-closed"
+            what.append(f"localisation unknown ({why})")
     if what:
         words = printable("Verdict: NO-GO — " + ", ".join(what)).split(" ")
         verdict = pack([*words, "(every rank exits 1)"], width, "", "  ")

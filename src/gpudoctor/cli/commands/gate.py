@@ -72,20 +72,30 @@ torchrun --nproc-per-node 8 -m gpudoctor gate --distributed --min-busbw 100"""
 def _npd_answers(command: Callable[..., None]) -> Callable[..., None]:
     """With --npd, the gate that could not run (a bad option or policy, an unreadable snapshot, an
     output that cannot be written) still answers in NPD's protocol: unknown, with the one-line
-    reason on stdout instead of the error on stderr."""
+    reason on stdout instead of the error on stderr. So does a gate that broke (a bug): Python's
+    exit status 1 would be NPD's "the node has a problem", and a cordon or drain may act on it."""
 
     @functools.wraps(command)
     def answering(*args: Any, **kwargs: Any) -> None:
         if not kwargs.get("npd"):
             return command(*args, **kwargs)
+        from ...render.npd import could_not_run
+
         try:
             return command(*args, **kwargs)
         except UserError as exc:
-            from ...render.npd import could_not_run
-
             status, line = could_not_run(exc.message)
-            write_output(line + "\n", None)
-            sys.exit(status)
+        except Exception as exc:
+            from ...children.stopping import stop_in
+
+            if stop_in(exc) is not None:
+                raise  # a stop signal Python wrapped: the usual handling
+            import traceback
+
+            traceback.print_exc()  # to stderr, which NPD logs: the bug's report
+            status, line = could_not_run(f"internal error: {type(exc).__name__}: {exc}")
+        write_output(line + "\n", None)
+        sys.exit(status)
 
     return answering
 

@@ -41,12 +41,11 @@ def create(snapshots: tuple[str, ...], output: str | None) -> None:
     """Write a node profile (YAML) from known-good facts snapshots."""
     from ...fleet.profile import ProfileError, profile_from_mapping
     from ...fleet.profile import create as make_profile
+    from ...inputs import InputError, parse_yaml
     from ...render.profile_yaml import render
 
     draft = make_profile([(path, load_facts_file(path)) for path in snapshots])
     text = render(draft.data, draft.notes)
-    from ...inputs import InputError, parse_yaml
-
     try:
         # what is written must read back: the schema is the file's contract
         profile_from_mapping(parse_yaml(text, "<profile>"), "<profile>")

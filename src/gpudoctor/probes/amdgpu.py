@@ -48,7 +48,7 @@ from typing import Any
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
 from . import kfd
-from .files import link_name, list_dir, read_bytes, read_int, read_text, resolve_path
+from .files import link_name, list_dir, parse_int, read_bytes, read_int, read_text, resolve_path
 from .pci import BDF_RE
 
 DRM = "/sys/class/drm"
@@ -71,7 +71,7 @@ MAX_METRICS = 1 << 16
 
 _CARD = re.compile(r"^card(\d{1,6})$")
 _TEMP = re.compile(r"^temp(\d{1,2})_input$")
-_RAS_LINE = re.compile(r"^\s*(ue|ce)\s*:\s*(\d{1,20})\s*$")
+_RAS_LINE = re.compile(r"^\s*(ue|ce)\s*:\s*([0-9]{1,20})\s*$", re.ASCII)
 _BAD_PAGE = re.compile(r"^\s*0x[0-9a-fA-F]{1,16}\s*:\s*0x[0-9a-fA-F]{1,16}\s*:\s*[RPF]\s*$")
 _WORD = re.compile(r"^[A-Za-z0-9_+-]{1,32}$")
 
@@ -160,7 +160,8 @@ def _ras_counts(text: str) -> tuple[int, int]:
     for line in text.splitlines():
         match = _RAS_LINE.match(line)
         if match:
-            found[match.group(1)] = int(match.group(2))
+            # the kernel prints u64 counts: more than 64 bits of digits is garbage (a ValueError)
+            found[match.group(1)] = parse_int(match.group(2))
     if "ue" not in found or "ce" not in found:
         raise ValueError("no ue: and ce: lines")
     return found["ue"], found["ce"]

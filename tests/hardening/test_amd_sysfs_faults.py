@@ -175,7 +175,6 @@ def test_links_out_of_the_root_are_not_followed(tmp_path: Path, capsys: pytest.C
     [
         ("ue: 18446744073709551615\nce: 0\n", 18446744073709551615),  # the largest u64 the kernel prints
         ("ue: 99999999999999999999\nce: 0\n", "error"),  # more than 64 bits
-        ),
         ("ue: " + "9" * 5000 + "\nce: 0\n", "error"),
         ("ue: -1\nce: 0\n", "error"),
         ("ue: 1\n" * 10_000 + "ce: 0\n", "error"),  # longer than a RAS count file can be

@@ -334,9 +334,34 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+_FLOW_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_nesting_line(text: str, max_depth: int) -> int | None:
+    """The line where flow brackets ([ {) first nest deeper than ``max_depth``, else None.
+
+    Counted before the parser sees the text: libyaml builds without a nesting limit (the H200
+    host's PyYAML) recurse once per level, and 100 000 "[" crashed the interpreter outright
+    instead of raising. Brackets inside quoted strings count too, which can only refuse early
+    (no rule, policy or profile nests anything near 64 deep)."""
+    depth = 0
+    for match in _FLOW_BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            if depth > max_depth:
+                return text.count("\n", 0, match.start()) + 1
+        elif depth:
+            depth -= 1
+    return None
+
+
 def parse_yaml(text: str, origin: str) -> Any:
     """One YAML document, safely; InputError "<origin>: line N: <problem>" on any problem."""
     import yaml
+
+    deep = _flow_nesting_line(text, MAX_DEPTH)
+    if deep is not None:
+        raise InputError(origin, f"YAML error: nesting deeper than {MAX_DEPTH} levels", deep)
 
     global _LOADER
     if _LOADER is None:

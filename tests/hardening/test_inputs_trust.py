@@ -341,3 +341,22 @@ def test_no_internal_class_names_in_messages(tmp_path: Path, capsys: pytest.Capt
     policy.write_text("- a\n- b\n")
     line = refused(capsys, "not a list", "gate", "--facts", str(REAL), "--policy", str(policy))
     assert "LineList" not in line
+
+
+def test_yaml_flow_nesting_is_refused_before_the_parser_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a libyaml without a nesting limit recursed once per "[" and crashed the H200 host's Python
+    import yaml
+
+    from gpudoctor.inputs import MAX_DEPTH, InputError, parse_yaml
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the parser was reached")
+
+    monkeypatch.setattr(yaml, "load", never)
+    text = "version: 1\nhost:\n  x: " + "[" * 100_000 + "]" * 100_000 + "\n"
+    with pytest.raises(InputError, match=r"policy.yaml:3: YAML error: nesting deeper than 64 levels"):
+        parse_yaml(text, "policy.yaml")
+    monkeypatch.undo()
+    ok = "a: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n"  # as deep as allowed, and brackets in text
+    assert parse_yaml(ok, "ok.yaml")["a"] is not None
+    assert parse_yaml('b: "]]]] [x]"\n', "ok.yaml") == {"b": "]]]] [x]"}

@@ -79,7 +79,8 @@ def _plain(value: Any) -> Any:
 
 
 def _fields(rule: Rule) -> dict[str, Any]:
-    names = [*rule.__dataclass_fields__, "names_used", "facts_used"]
+    names = [f for f in rule.__dataclass_fields__ if f != "parts"]
+    names += [*loader.COMPILED_FIELDS, "names_used", "facts_used"]
     return {name: _plain(getattr(rule, name)) for name in names}
 
 

@@ -310,7 +310,6 @@ def test_odd_cache_entries_fall_back_to_the_files(tmp_path: Path, monkeypatch: p
         "garbage": b"\x80\x04\x95garbage\x00\xff" * 100,
         "JSON of another shape": b'["rules"]',
         "NaN": re.sub(r'"line":\d+', '"line":NaN', text, count=1).encode(),
-        "a rule that would not compile": text.replace("host.env.FLAG ==", "host.__class__ ==", 1).encode(),
         "a rule of the wrong type": text.replace('"severity":"warning"', '"severity":7', 1).encode(),
         "another format": re.sub(r'"format":\d+', '"format":99', text, count=1).encode(),
     }
@@ -400,14 +399,18 @@ def _table(edit: Any) -> Any:
     return wrapped
 
 
-TAMPERED: dict[str, Any] = {
-    # what compile_expression refuses, wherever in the rule it is
+# What compile_expression or compile_template refuses, wherever in the rule it is: a cached rule's
+# fields are compiled where the run first reads them, so such an entry is used, but never the
+# refused text: the rule is read from its file instead, and the entry is removed.
+REFUSED_TEXTS: dict[str, Any] = {
     "a dunder in fail_if": _set("fail_if", "host.__class__.__base__ == 1"),
     "a dunder in applies": _set("applies", "host.env.__class__ != None"),
     "a dunder in a message placeholder": _set("message", "{host.__class__.__subclasses__()}"),
     "a dunder in a fix placeholder": _set("fix", "run {host.env.__dict__}"),
     "a dunder in pass_message": _set("pass_message", "{host.env.FLAG.__class__}"),
-    "a call of __import__": _set("fail_if", "__import__('os').system('touch /tmp/pwned') == 0"),
+    "a dunder in unknown_message": _set("unknown_message", "{host.env.__dict__}"),
+    "a dunder in a let: name": _set("let", {"flag": "host.env.__class__"}),
+    "a call of __import__": _set("fail_if", "__import__('os').system('touch PWNED') == 0"),
     "a call of open": _set("fail_if", "open('/etc/shadow') != None"),
     "an attribute of a constant": _set("fail_if", "''.__class__ == 1"),
     "a lambda": _set("fail_if", "(lambda: 1)() == 1"),
@@ -420,7 +423,10 @@ TAMPERED: dict[str, Any] = {
     "a huge format width": _set("message", "{host.env.FLAG:>999999}"),
     "a table that does not exist": _set("fail_if", "lookup('nope', 1) == 1", "table-check"),
     "a table helper in other characters": _set("fail_if", "ｌookup('nope', 1) == 1", "table-check"),
-    # what the schema refuses, checked by hand
+}
+
+# What the schema refuses, checked by hand when the entry is read: the entry is a miss.
+TAMPERED: dict[str, Any] = {
     "an unknown field": _set("run", "rm -rf /"),
     "a subject that does not exist": _set("subject", "root"),
     "a severity that does not exist": _set("severity", "fatal"),
@@ -431,6 +437,7 @@ TAMPERED: dict[str, Any] = {
     "an empty refs": _set("refs", []),
     "a tag twice": _set("tags", ["a", "a"]),
     "a field missing": lambda data: _rule(data).pop("fix"),
+    "a let: text that is not a text": _set("let", {"flag": 1}),
     "a rule twice": lambda data: data["rules"].append(data["rules"][0]),
     "a rule from a file not loaded": lambda data: data["rules"][0].update(source="/etc/passwd"),
     "a negative line": lambda data: data["rules"][0].update(line=-1),
@@ -443,29 +450,78 @@ TAMPERED: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("what", sorted(TAMPERED))
-def test_a_tampered_entry_is_checked_again_and_missed(
-    what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _tamper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Any) -> tuple[Path, Path, Path]:
+    """A pack of two rules and a table, its cache entry edited by ``edit``: (cache, pack, entry)."""
     cache = tmp_path / "cache"
     pack = make_pack(tmp_path, TABLE_RULE)
     (pack / "data").mkdir()
     (pack / "data" / "flags.yaml").write_text(TABLE)
     (entry,) = populate(monkeypatch, cache, pack)
     document = json.loads(entry.read_text())
-    TAMPERED[what](document["data"])
+    edit(document["data"])
     entry.write_text(json.dumps(document, ensure_ascii=False))
+    return cache, pack, entry
 
-    ruleset = assert_cache_is_not_used(monkeypatch, pack)
-    assert [r.id for r in ruleset.rules] == ["cached-check", "table-check"], what
+
+def _is_the_files_rule_set(ruleset: RuleSet) -> None:
+    assert [r.id for r in ruleset.rules] == ["cached-check", "table-check"]
     rule = ruleset.by_id("cached-check")
-    assert (
-        rule is not None
-        and rule.fail_if.source == 'host.env.FLAG == "1"'
-        and rule.message.source == "FLAG is {host.env.FLAG}"
-    )
+    assert rule is not None
+    assert rule.fail_if.source == 'host.env.FLAG == "1"' and rule.message.source == "FLAG is {host.env.FLAG}"
+    assert rule.applies is None and rule.pass_message is None and rule.unknown_message is None and rule.let == ()
+    table_rule = ruleset.by_id("table-check")
+    assert table_rule is not None and table_rule.fail_if.source == 'lookup("flags", 1, "name") == "two"'
     assert ruleset.tables["flags"]["rows"] == {"1": {"name": "one", "big": 12345}}
+
+
+@pytest.mark.parametrize("what", sorted(TAMPERED))
+def test_a_tampered_entry_is_checked_again_and_missed(
+    what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, pack, _ = _tamper(tmp_path, monkeypatch, TAMPERED[what])
+    _is_the_files_rule_set(assert_cache_is_not_used(monkeypatch, pack))
     assert_cache_is_used(monkeypatch, pack)  # and the tampered entry was replaced by a good one
+
+
+@pytest.mark.parametrize("what", sorted(REFUSED_TEXTS))
+def test_a_refused_text_in_an_entry_is_never_evaluated(
+    what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpudoctor.engine.runner import run_rules
+    from gpudoctor.findings import Status
+
+    monkeypatch.chdir(tmp_path)  # where the planted os.system would leave its file
+    _, pack, entry = _tamper(tmp_path, monkeypatch, REFUSED_TEXTS[what])
+    counter = LoadCounter(monkeypatch)
+    ruleset = load(pack)
+    assert counter.misses == 0, "the entry's shape and fields are sound: it is used"
+    facts = {"host": {"env": {"FLAG": "1"}}}
+    findings = run_rules(ruleset, facts)
+    assert [(f.rule_id, f.status, f.message) for f in findings] == [
+        ("cached-check", Status.FAIL, "FLAG is 1"),
+        ("table-check", Status.PASS, "A table check"),
+    ], what
+    _is_the_files_rule_set(ruleset)  # every field now as the file defines it
+    assert not (tmp_path / "PWNED").exists()
+    assert not entry.exists(), "the entry is removed"
+    assert_cache_is_not_used(monkeypatch, pack)  # so the next load reads the files
+    assert_cache_is_used(monkeypatch, pack)  # and caches them again
+
+
+def test_a_refused_text_is_never_evaluated_even_when_its_file_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the entry is found for the files' bytes; were the file removed meanwhile, the rule breaks
+    # (an error finding naming the rule), and the others still run
+    from gpudoctor.engine.runner import run_rules
+    from gpudoctor.findings import Status
+
+    _, pack, _ = _tamper(tmp_path, monkeypatch, _set("fail_if", "host.__class__ == 1"))
+    ruleset = load(pack)
+    (pack / "r.yaml").unlink()
+    findings = run_rules(ruleset, {"host": {"env": {"FLAG": "1"}}})
+    assert [(f.rule_id, f.status) for f in findings] == [("cached-check", Status.ERROR), ("table-check", Status.PASS)]
+    assert "RuleLoadError" in findings[0].message and "r.yaml" in findings[0].detail
 
 
 def test_a_table_number_no_rule_file_can_hold_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -106,70 +106,97 @@ class _Checker:
             raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
         if depth > self.deepest:
             self.deepest = depth
-        if not isinstance(node, ALLOWED_NODES):
-            raise ExpressionError(f"{type(node).__name__} is not allowed in rule expressions")
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, (str, bytes)) and len(node.value) > MAX_CONSTANT_LENGTH:
+        kind = type(node)
+        # the exact node types (ast.parse makes no subclass of them): stricter than isinstance
+        if kind not in _ALLOWED:
+            raise ExpressionError(f"{kind.__name__} is not allowed in rule expressions")
+        if kind is ast.Constant:
+            value = node.value  # type: ignore[attr-defined]
+            if isinstance(value, (str, bytes)) and len(value) > MAX_CONSTANT_LENGTH:
                 raise ExpressionError("string constant too long")
-            if isinstance(node.value, int) and not isinstance(node.value, bool) and abs(node.value) > 2**64:
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**64:
                 raise ExpressionError("integer constant too large")
-            if isinstance(node.value, bytes) or node.value is Ellipsis:
+            if isinstance(value, bytes) or value is Ellipsis:
                 raise ExpressionError("bytes and ... are not allowed")
             return False
+        if kind is ast.Attribute or kind is ast.Name:
+            return self._name(node, depth)  # type: ignore[arg-type]
         dependent = False
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-                name = getattr(node.func, "id", None) or ast.unparse(node.func)
+        if kind is ast.Call:
+            call: ast.Call = node  # type: ignore[assignment]
+            if not isinstance(call.func, ast.Name) or call.func.id not in FUNCTIONS:
+                name = getattr(call.func, "id", None) or ast.unparse(call.func)
                 known = ", ".join(sorted(FUNCTIONS))
                 raise ExpressionError(f"call of {name!r} is not allowed; functions: {known}")
-            if node.keywords:
+            if call.keywords:
                 raise ExpressionError("keyword arguments are not allowed")
-            if node.func.id in ("available", "supported") and len(node.args) != 1:
-                raise ExpressionError(f"{node.func.id}() takes exactly one fact")
-            for arg in node.args:
+            if call.func.id in ("available", "supported") and len(call.args) != 1:
+                raise ExpressionError(f"{call.func.id}() takes exactly one fact")
+            for arg in call.args:
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("*args is not allowed")
                 dependent = self.visit(arg, depth + 1) or dependent
         elif (
-            isinstance(node, ast.BinOp)
-            and isinstance(node.op, ast.Mod)
-            and isinstance(node.left, ast.Constant)
-            and isinstance(node.left.value, str)
+            kind is ast.BinOp
+            and isinstance(node.op, ast.Mod)  # type: ignore[attr-defined]
+            and isinstance(node.left, ast.Constant)  # type: ignore[attr-defined]
+            and isinstance(node.left.value, str)  # type: ignore[attr-defined]
         ):
             raise ExpressionError("%-formatting is not allowed; use {placeholders} in messages")
-        elif isinstance(node, ast.Subscript):
-            index = node.slice
+        elif kind is ast.Subscript:
+            index = node.slice  # type: ignore[attr-defined]
             if not (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))):
                 raise ExpressionError("subscripts must be a constant index or key")
-            dependent = self.visit(node.value, depth + 1)
-        elif isinstance(node, (ast.Attribute, ast.Name)):
-            dotted = _dotted(node)
-            if dotted is None:
-                raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
-            head = dotted.partition(".")[0]
-            if head in self.lets:
-                if "." in dotted:
-                    raise ExpressionError(f"{head} is a let: name, not a fact: {dotted} is not allowed")
-                reach = depth + self.lets[head].depth  # as deep as the name's expression written out here
-                if reach > MAX_DEPTH:
-                    raise ExpressionError(
-                        f"expression nested deeper than {MAX_DEPTH} levels with the let: names it reads written out"
-                    )
-                self.deepest = max(self.deepest, reach)
-                self.paths.extend(self.lets[head].paths)
-                self.names.update(self.lets[head].names_read())
-                return True  # a let: name is worked out per subject
-            check_path(dotted, self.roots, self.lets)
-            if "." in dotted:
-                self.paths.append(dotted)
-            self.names.add(head)
-            return head in SUBJECT_NAMES
+            dependent = self.visit(node.value, depth + 1)  # type: ignore[attr-defined]
         else:
-            for child in ast.iter_child_nodes(node):
-                dependent = self.visit(child, depth + 1) or dependent
-        if not dependent and isinstance(node, MEMO_NODES):
+            # every child, as ast.iter_child_nodes gives them (without its generator); a leaf
+            # (an operator, a Load) is checked here, as visit would check it
+            below = depth + 1
+            for field in kind._fields:
+                value = getattr(node, field, None)
+                for child in value if type(value) is list else (value,):
+                    if not isinstance(child, ast.AST):
+                        continue
+                    if type(child) in _LEAVES:
+                        if below > MAX_DEPTH:
+                            raise ExpressionError(f"expression nested deeper than {MAX_DEPTH} levels")
+                        if below > self.deepest:
+                            self.deepest = below
+                        continue
+                    dependent = self.visit(child, below) or dependent
+        if not dependent and kind in _MEMO:
             self.free.add(id(node))
         return dependent
+
+    def _name(self, node: ast.Attribute | ast.Name, depth: int) -> bool:
+        """A fact path or a let: name; True when it names the subject variable or a let: name."""
+        dotted = _dotted(node)
+        if dotted is None:
+            raise ExpressionError("attributes may only be read from facts (e.g. gpu.pcie_width)")
+        head = dotted.partition(".")[0]
+        if head in self.lets:
+            if "." in dotted:
+                raise ExpressionError(f"{head} is a let: name, not a fact: {dotted} is not allowed")
+            reach = depth + self.lets[head].depth  # as deep as the name's expression written out here
+            if reach > MAX_DEPTH:
+                raise ExpressionError(
+                    f"expression nested deeper than {MAX_DEPTH} levels with the let: names it reads written out"
+                )
+            self.deepest = max(self.deepest, reach)
+            self.paths.extend(self.lets[head].paths)
+            self.names.update(self.lets[head].names_read())
+            return True  # a let: name is worked out per subject
+        check_path(dotted, self.roots, self.lets)
+        if "." in dotted:
+            self.paths.append(dotted)
+        self.names.add(head)
+        return head in SUBJECT_NAMES
+
+
+_ALLOWED = frozenset(ALLOWED_NODES)
+# Allowed nodes without children (operators, the Load context): checked in place, not visited.
+_LEAVES = frozenset(kind for kind in ALLOWED_NODES if not getattr(kind, "_fields", ()))
+_MEMO = frozenset(MEMO_NODES)
 
 
 def compile_expression(

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Generic, Iterable, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ..findings import NONE_ACTION, Severity
 from ..schemas import validate
@@ -52,6 +52,25 @@ def read_yaml(path: Path, what: str = "rule file") -> Any:
         raise RuleLoadError(exc.path, exc.line, exc.message) from None
 
 
+_T = TypeVar("_T")
+
+
+class _Compiled(Generic[_T]):
+    """A rule's expression or template field (``rule.fail_if``, ``rule.message``, ``rule.let``):
+    compiled by the rule's _Parts where first read, then an attribute of the rule like any other
+    (a non-data descriptor: the value it stores in the instance is found before it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, rule: Any, owner: type | None = None) -> _T:
+        if rule is None:
+            return self  # type: ignore[return-value]
+        value: _T = rule.parts.get(self.name)
+        rule.__dict__[self.name] = value  # a frozen dataclass refuses setattr, not its own __dict__
+        return value
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -59,18 +78,9 @@ class Rule:
     area: str
     severity: Severity
     subject: str
-    fail_if: Expression
-    message: Template
-    fix: Template
     why: str
     refs: tuple[str, ...]
     tags: tuple[str, ...] = ()
-    applies: Expression | None = None
-    pass_message: Template | None = None
-    unknown_message: Template | None = None
-    # let: names in the order they are defined, each read by the expressions and templates
-    # (and the names below it) as if written out where it is read
-    let: tuple[tuple[str, Expression], ...] = ()
     docs: str = ""
     # rules whose failure on the same subject says this rule's more precisely (runner._supersede)
     superseded_by: tuple[str, ...] = ()
@@ -79,6 +89,21 @@ class Rule:
     source: str = ""
     line: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # compiles the fields below (see _Parts): at load for a rule file's rule, where first read
+    # for a rule from the rule cache
+    parts: _Parts = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    # The compiled fields (COMPILED_FIELDS), each a checked Expression or Template; not
+    # annotated, so not dataclass fields:
+    fail_if = _Compiled[Expression]()
+    applies = _Compiled[Optional[Expression]]()
+    message = _Compiled[Template]()
+    fix = _Compiled[Template]()
+    pass_message = _Compiled[Optional[Template]]()
+    unknown_message = _Compiled[Optional[Template]]()
+    # let: names in the order they are defined, each read by the expressions and templates
+    # (and the names below it) as if written out where it is read
+    let = _Compiled[Tuple[Tuple[str, Expression], ...]]()
 
     @functools.cached_property
     def names_used(self) -> frozenset[str]:
@@ -102,6 +127,15 @@ class Rule:
             used = list(self.applies.paths) + used
         return list(dict.fromkeys(used))
 
+    @property
+    def let_names(self) -> tuple[str, ...]:
+        """The rule's let: names, in order, without compiling them."""
+        return self.parts.let_names
+
+
+# The fields a rule compiles, in the order a rule file's rule is checked (its let: names first).
+COMPILED_FIELDS = ("let", "fail_if", "applies", "message", "pass_message", "unknown_message", "fix")
+_TEMPLATE_FIELDS = frozenset({"message", "pass_message", "unknown_message", "fix"})
 
 @dataclass
 class RuleSet:
@@ -241,7 +275,7 @@ def _memoised(memo: Memo | None, key: tuple[Any, ...], make: Callable[[], Any]) 
 
 
 def _memo_key(
-    kind: str, subject: str, source: Any, lets: Mapping[str, Expression], scope: tuple[Any, ...]
+    kind: str, subject: str, source: Any, let_names: Collection[str], scope: tuple[Any, ...]
 ) -> tuple[Any, ...]:
     """The memo key of compiling ``source`` (see _memoised), shared as widely as is exact.
 
@@ -252,75 +286,173 @@ def _memo_key(
     rule may read, the facts sections and gpus, are the same for all). Such texts (most
     placeholders: {gpu_count}, {nvml.driver_version}) are then compiled once per load."""
     if type(source) is str and source.isascii():
-        if scope and not any(name in source for name in lets):
+        if scope and not _mentions(source, let_names):
             scope = ()
-        if not any(name in source for name in SUBJECT_NAMES):
+        if not _mentions(source, SUBJECT_NAMES):
             subject = "*"
     return (kind, subject, source, scope)
 
 
+def _mentions(source: str, names: Collection[str]) -> bool:
+    return any(name in source for name in names)
+
+
 def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None = None) -> Rule:
-    """A rule file's rule, every expression and template checked; ``memo``: what this load has
-    compiled so far (see _memoised), None to compile everything afresh."""
-    line = getattr(raw, "line", 0)
-    rule_id = raw["id"]
-    subject = raw.get("subject", "host")
-    roots = _roots(subject)
+    """A rule file's rule, every expression and template checked now (a problem is a
+    RuleLoadError naming the file and line); ``memo``: what this load has compiled so far (see
+    _memoised), None to compile everything afresh."""
+    parts = _Parts(raw, path, tables, memo)
+    for name in COMPILED_FIELDS:
+        parts.get(name)
+    return _rule(raw, path, parts)
 
-    lets = _compile_lets(raw, roots, tables, path, line, memo)
-    scope = tuple((name, let.source) for name, let in lets.items())
 
-    def field(source: str) -> Expression:
-        key = _memo_key("e", subject, source, lets, scope)
-        compiled: Expression = _memoised(memo, key, lambda: compile_expression(source, roots, lets))
-        return compiled
-
-    def expr(key: str) -> Expression:
-        source = raw[key]
-        try:
-            compiled = field(source)
-        except ExpressionError as exc:
-            raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
-        _check_tables(compiled, tables, path, line, rule_id, key)
-        return compiled
-
-    def template(key: str) -> Template:
-        source = raw[key]
-        try:
-            # a placeholder is an expression: one seen before (in a condition, or another
-            # message) is not compiled again either (a third of compiling the built-in rules)
-            memo_key = _memo_key("t", subject, source, lets, scope)
-            compiled: Template = _memoised(memo, memo_key, lambda: compile_template(source, roots, lets, field))
-        except ExpressionError as exc:
-            raise RuleLoadError(path, line, f"rule {rule_id}: {key}: {exc}") from None
-        for _, part, _spec in compiled.parts:
-            if part is not None:
-                _check_tables(part, tables, path, line, rule_id, key)
-        return compiled
-
+def _rule(raw: Any, path: str, parts: _Parts) -> Rule:
     return Rule(
-        id=rule_id,
+        id=raw["id"],
         title=raw["title"],
         area=raw["area"],
         severity=Severity(raw["severity"]),
-        subject=subject,
-        fail_if=expr("fail_if"),
-        applies=expr("applies") if "applies" in raw else None,
-        message=template("message"),
-        pass_message=template("pass_message") if "pass_message" in raw else None,
-        unknown_message=template("unknown_message") if "unknown_message" in raw else None,
-        fix=template("fix"),
+        subject=raw.get("subject", "host"),
         why=raw["why"].strip(),
         refs=tuple(raw["refs"]),
         tags=tuple(raw.get("tags", ())),
         docs=raw.get("docs", ""),
         superseded_by=tuple(raw.get("superseded_by", ())),
         action=raw.get("action", NONE_ACTION),
-        let=tuple(lets.items()),
         source=path,
-        line=line,
+        line=getattr(raw, "line", 0),
         raw=dict(raw),
+        parts=parts,
     )
+
+
+class _Parts:
+    """A rule's expressions and templates (COMPILED_FIELDS), compiled from its mapping with the
+    checks of compile_expression and compile_template (syntax and node types, fact paths, helper
+    calls only, limits, tables): each field once, when first asked for (get).
+
+    A rule file's rule is asked for every field at load (compile_rule), so every problem is found
+    there. A rule from the rule cache (an entry made from files that loaded, keyed on their bytes;
+    engine.rule_cache) is compiled, and so checked, field by field where the run first reads it:
+    a rule that does not apply compiles its `applies` only, a rule that passes neither its message
+    nor its fix. Nothing is evaluated that was not checked first. A field of a cache entry that
+    the checks refuse (an entry someone edited) is never used: ``fallback`` then gives the rule as
+    its file defines it (read and checked afresh), and from then on that rule's fields are the
+    file's.
+
+    Compiled where first read, a field's text in which no let: name occurs (an ASCII text: see
+    _memo_key) is compiled without the let: names, which are compiled only for a text that reads
+    them (and for ``let``): what that gives is what compiling it with them gives (the let: names
+    only change what an error says, and a cached text compiled once without error)."""
+
+    __slots__ = ("raw", "path", "tables", "memo", "subject", "roots", "let_names", "scope", "lets", "done", "fallback")
+
+    def __init__(
+        self,
+        raw: Any,
+        path: str,
+        tables: dict[str, Any],
+        memo: Memo | None,
+        fallback: Callable[[], _Parts] | None = None,
+    ) -> None:
+        self.raw = raw
+        self.path = path
+        self.tables = tables
+        self.memo = memo
+        self.subject: str = raw.get("subject", "host")
+        self.roots = _roots(self.subject)
+        declared = raw.get("let") or {}
+        self.let_names: tuple[str, ...] = tuple(declared)
+        # the let: names in scope with their texts, as the memo keys name them (see _memoised)
+        self.scope = tuple((name, source.strip()) for name, source in declared.items()) if declared else ()
+        self.lets: dict[str, Expression] | None = None  # compiled by _lets
+        self.done: dict[str, Any] = {}
+        self.fallback = fallback
+
+    def get(self, name: str) -> Any:
+        """The compiled field (None for an optional field the rule does not set)."""
+        done = self.done
+        if name in done:
+            return done[name]
+        try:
+            value = self._compile(name)
+        except RuleLoadError:
+            if self.fallback is None:
+                raise
+            self._adopt(self.fallback())
+            return self.get(name)
+        done[name] = value
+        return value
+
+    def _adopt(self, other: _Parts) -> None:
+        """Take every field from ``other`` (the rule compiled from its file), all compiled."""
+        for name in COMPILED_FIELDS:
+            other.get(name)
+        self.lets, self.done, self.fallback = other.lets, other.done, None
+        self.raw, self.tables, self.memo = other.raw, other.tables, None
+
+    def _compile(self, name: str) -> Any:
+        if name == "let":
+            return tuple(self._lets().items())
+        source = self.raw.get(name)
+        if source is None:
+            if name in ("fail_if", "message", "fix"):  # the schema requires them
+                raise RuleLoadError(self.path, self.line, f"rule {self.raw['id']}: no {name}")
+            return None
+        if name in _TEMPLATE_FIELDS:
+            return self._template(name, source)
+        return self._expression(name, source)
+
+    @property
+    def line(self) -> int:
+        return getattr(self.raw, "line", 0)
+
+    def _lets_for(self, source: Any) -> dict[str, Expression]:
+        """The let: names a text may read: where first read, none for an ASCII text that names none
+        of them; at load, all (an error then suggests a let: name for a misspelt one)."""
+        if not self.let_names:
+            return {}
+        lazy = self.fallback is not None
+        if lazy and type(source) is str and source.isascii() and not _mentions(source, self.let_names):
+            return {}
+        return self._lets()
+
+    def _field(self, source: str, lets: Mapping[str, Expression]) -> Expression:
+        key = _memo_key("e", self.subject, source, self.let_names, self.scope)
+        compiled: Expression = _memoised(self.memo, key, lambda: compile_expression(source, self.roots, lets))
+        return compiled
+
+    def _expression(self, name: str, source: str) -> Expression:
+        try:
+            compiled = self._field(source, self._lets_for(source))
+        except ExpressionError as exc:
+            raise RuleLoadError(self.path, self.line, f"rule {self.raw['id']}: {name}: {exc}") from None
+        _check_tables(compiled, self.tables, self.path, self.line, self.raw["id"], name)
+        return compiled
+
+    def _template(self, name: str, source: str) -> Template:
+        lets = self._lets_for(source)
+        try:
+            # a placeholder is an expression: one seen before (in a condition, or another
+            # message) is not compiled again either (a third of compiling the built-in rules)
+            memo_key = _memo_key("t", self.subject, source, self.let_names, self.scope)
+            compiled: Template = _memoised(
+                self.memo,
+                memo_key,
+                lambda: compile_template(source, self.roots, lets, lambda text: self._field(text, lets)),
+            )
+        except ExpressionError as exc:
+            raise RuleLoadError(self.path, self.line, f"rule {self.raw['id']}: {name}: {exc}") from None
+        for _, part, _spec in compiled.parts:
+            if part is not None:
+                _check_tables(part, self.tables, self.path, self.line, self.raw["id"], name)
+        return compiled
+
+    def _lets(self) -> dict[str, Expression]:
+        if self.lets is None:
+            self.lets = _compile_lets(self.raw, self.roots, self.tables, self.path, self.line, self.memo)
+        return self.lets
 
 
 def _compile_lets(
@@ -399,13 +531,18 @@ def _check_tables(expr: Expression, tables: dict[str, Any], path: str, line: int
 
 
 def load_rule_file(path: Path, tables: dict[str, Any], memo: Memo | None = None) -> list[Rule]:
+    return [compile_rule(raw, str(path), tables, memo) for raw in _rule_mappings(path)]
+
+
+def _rule_mappings(path: Path) -> list[Any]:
+    """A rule file's rules as it holds them, checked against rules.schema.json."""
     data = read_yaml(path)
     if data is None:
         return []
     problem = validate("rules", data)
     if problem:
         raise RuleLoadError(str(path), _item_line(data, problem), problem)
-    return [compile_rule(raw, str(path), tables, memo) for raw in data]
+    return list(data)
 
 
 GATE_RULES = "gate"  # the folder of built-in rules that only the gate loads (its checks, ids gate-...)
@@ -436,7 +573,7 @@ def load_rules(
     files = [p for d in dirs for p in (sorted((d / "data").glob("*.yaml")) if (d / "data").is_dir() else [])]
     files += [p for d in dirs if d.is_dir() for p in _rule_files(d)]
     cache_key = rule_cache.key(dirs, files)  # a hash of the files' bytes; None: no caching
-    cached = _compiled(cached_rules.load_rules(cache_key))
+    cached = _compiled(cached_rules.load_rules(cache_key), cache_key)
     if cached is not None:
         return cached
     ruleset = _load_uncached(dirs)
@@ -465,9 +602,10 @@ def load_asked_rules(rule_dirs: Sequence[str], builtin: bool = True, gate: bool 
         raise RulesUnusable(f"bad rule file: {exc}") from None
 
 
-def _compiled(entry: Any) -> RuleSet | None:
-    """The rule set a cache entry (cached_rules.Entry) holds, every rule compiled, and so checked,
-    again as a rule file's is; None when anything in it is refused."""
+def _compiled(entry: Any, cache_key: str | None = None) -> RuleSet | None:
+    """The rule set a cache entry (cached_rules.Entry) holds, each rule's expressions and
+    templates compiled, and so checked, where first read (see _Parts); None when its rules are
+    not a rule set (one id twice)."""
     if entry is None:
         return None
     rules: list[Rule] = []
@@ -475,14 +613,30 @@ def _compiled(entry: Any) -> RuleSet | None:
     memo: Memo = {}
     try:
         for raw, source, _line in entry.rules:
-            rule = compile_rule(raw, source, entry.tables, memo)
-            if rule.id in seen:
+            if raw["id"] in seen:
                 return None
-            seen.add(rule.id)
-            rules.append(rule)
-    except Exception:  # noqa: BLE001 - a compile error, a wrong type deep inside: load the files instead
+            seen.add(raw["id"])
+            fallback = functools.partial(_from_file, raw["id"], source, entry.tables, cache_key)
+            rules.append(_rule(raw, source, _Parts(raw, source, entry.tables, memo, fallback)))
+    except Exception:  # noqa: BLE001 - a wrong type deep inside: load the files instead
         return None
     return RuleSet(rules=rules, tables=entry.tables, sources=list(entry.sources))
+
+
+def _from_file(rule_id: str, source: str, tables: dict[str, Any], cache_key: str | None) -> _Parts:
+    """A cached rule's fields as its file defines them (read, checked and compiled afresh): what a
+    cached rule uses once the checks refused one of its cached fields. That entry is then removed,
+    so the next load reads the files and caches them again."""
+    from . import rule_cache
+
+    rule_cache.forget(cache_key)
+    for raw in _rule_mappings(Path(source)):
+        if isinstance(raw, dict) and raw.get("id") == rule_id:
+            parts = _Parts(raw, source, tables, None)
+            for name in COMPILED_FIELDS:
+                parts.get(name)
+            return parts
+    raise RuleLoadError(source, None, f"rule {rule_id} is no longer defined here")
 
 
 def _load_uncached(dirs: list[Path]) -> RuleSet:

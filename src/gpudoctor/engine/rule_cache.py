@@ -6,15 +6,17 @@ validation), with the file and line it came from; every data table; the list of 
 is stored as JSON, which cannot run code when read (and whose integers are bounded as the YAML
 reader bounds them). This module stores and finds entries; engine.cached_rules says what an
 entry holds and checks its shape and every field of every rule and table against what their
-schemas allow when it is read back; the loader then compiles every expression and template
-again through compile_rule (the same checks as for a rule file: syntax and node types, fact
-paths, no dunders, helper calls only, limits, tables), so an entry can hold nothing that a rule
-file could not; anything odd is a miss. Nothing compiled is stored: what makes an expression
-safe to evaluate is always decided again from its text (once per distinct text, subject kind and
-let: names in a load: loader._memoised).
+schemas allow when it is read back (anything odd there is a miss). Nothing compiled is stored:
+the loader compiles every expression and template again from its text, with the checks a rule
+file's get (syntax and node types, fact paths, no dunders, helper calls only, limits, tables),
+once per distinct text, subject kind and let: names in a load (loader._memoised), where the run
+first reads it (loader._Parts: a rule that does not apply compiles only its `applies`). So an
+entry can make gpudoctor evaluate nothing that a rule file could not: a text the checks refuse
+is never evaluated; that rule is read from its file instead, and the entry is removed (forget).
 
 The key is a hash of the bytes of every rule and table file (and their paths), the gpudoctor
-version, this cache's FORMAT and the Python version, so any edit invalidates it, even one that
+version, this cache's FORMAT, the Python version, the facts schema (the fact paths a rule may
+read) and the helper names, so any edit invalidates it, even one that
 keeps a file's size and mtime. Files are read for it as the loader reads them: regular files
 only, at most MAX_SOURCE_BYTES each (anything else: no caching, the loader reports it).
 
@@ -98,6 +100,14 @@ def key(dirs: Iterable[Path], files: Iterable[Path]) -> str | None:
     h = _sha256()
     for part in (f"gpudoctor {__version__}", f"format {FORMAT}", sys.version):
         _feed(h, part.encode())
+    # what decides whether a text compiles besides the text: the fact paths and the helpers
+    from ..schemas import HERE
+    from .helpers.registry import FUNCTIONS
+
+    schema = _source_digest(HERE / "facts.schema.json")
+    if schema is None:
+        return None
+    _feed(h, b"facts schema", schema, b"helpers", " ".join(sorted(FUNCTIONS)).encode())
     for directory in dirs:
         _feed(h, b"dir", os.fsencode(directory))
     for path in files:
@@ -277,6 +287,22 @@ def load(cache_key: str | None) -> Any | None:
     if entry["format"] != FORMAT or type(entry["format"]) is not int or entry["key"] != cache_key:
         return None
     return entry["data"]
+
+
+def forget(cache_key: str | None) -> None:
+    """Remove the entry stored under ``cache_key`` (one whose rule the loader's checks refused),
+    reached as load reaches it; any problem: nothing is removed."""
+    if cache_key is None or not _KEY.fullmatch(cache_key):
+        return
+    dir_fd = _open_dir(create=False)
+    if dir_fd is None:
+        return
+    try:
+        os.unlink(_entry_name(cache_key), dir_fd=dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
 
 
 def _read_entry(dir_fd: int, name: str) -> bytes | None:

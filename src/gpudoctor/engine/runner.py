@@ -38,11 +38,12 @@ from ..findings import (
     cut_text,
 )
 from . import collector
-from .evaluator import DeadlineExceeded, LetValue, RunCache
+from .evaluator import DeadlineExceeded, Expression, LetValue, RunCache
 from .factpaths import SECTIONS
 from .helpers.registry import bind
 from .loader import Rule, RuleSet
 from .subjects import SUBJECT_VARIABLE, gpu_subjects, subjects_for
+from .templates import Template
 from .views import FactUnavailable, section_views, wrap
 
 
@@ -188,18 +189,14 @@ def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
     return _engine_finding(rule, subject, Status.UNKNOWN, TIMEOUT_MESSAGE, TIMEOUT_DETAIL, TIMEOUT_CAUSE)
 
 
-def _names(rule: Rule) -> tuple[list[str], bool]:
-    """The facts sections a rule's expressions and templates read, and whether they read ``gpus``
-    (found while they were compiled): only those are wrapped, most rules read one or two."""
-    used: set[str] = set()
-    for expr in (rule.applies, rule.fail_if):
-        if expr is not None:
-            used |= expr.names_read()
-    for template in rule.templates:
-        for _, expr, _ in template.parts:
-            if expr is not None:
-                used |= expr.names_read()
-    return [s for s in SECTIONS if s in used], "gpus" in used
+def _needs(compiled: Expression | Template) -> tuple[tuple[str, ...], bool]:
+    """The facts sections an expression or template reads (in SECTIONS order), and whether it reads
+    ``gpus`` (found while it was compiled): only those are wrapped, most rules read one or two."""
+    if isinstance(compiled, Template):
+        used: frozenset[str] = frozenset().union(*(e.names_read() for _, e, _ in compiled.parts if e is not None))
+    else:
+        used = compiled.names_read()
+    return tuple(s for s in SECTIONS if s in used), "gpus" in used
 
 
 class _Run:
@@ -212,7 +209,7 @@ class _Run:
         self.cache = RunCache(deadline)
         self._gpu_views: list[Any] | None = None
         self._subjects: dict[str, list[tuple[Subject, dict[str, Any] | None]]] = {}
-        self._names: dict[int, tuple[Rule, tuple[list[str], bool]]] = {}
+        self._needs: dict[int, tuple[Any, tuple[tuple[str, ...], bool]]] = {}
 
     def gpu_views(self) -> list[Any]:
         """The gpus list as rules see it, made once: reads through it are not evidence."""
@@ -222,13 +219,13 @@ class _Run:
             self._gpu_views = self.cache.share(views)
         return self._gpu_views
 
-    def names(self, rule: Rule) -> tuple[list[str], bool]:
-        """What of the facts the rule reads: its sections (in SECTIONS order), and the gpus list?"""
-        hit = self._names.get(id(rule))
-        if hit is not None and hit[0] is rule:
+    def needs(self, compiled: Expression | Template) -> tuple[tuple[str, ...], bool]:
+        """_needs, once per expression or template in a run (rules share them: loader._memoised)."""
+        hit = self._needs.get(id(compiled))
+        if hit is not None and hit[0] is compiled:
             return hit[1]
-        found = _names(rule)
-        self._names[id(rule)] = (rule, found)
+        found = _needs(compiled)
+        self._needs[id(compiled)] = (compiled, found)
         return found
 
     def subjects(self, kind: str) -> list[tuple[Subject, dict[str, Any] | None]]:
@@ -246,24 +243,41 @@ def evaluate_rule(
     functions: Mapping[str, Any],
     run: Any = None,
 ) -> Finding:
-    """One rule on one subject. ``run`` (internal to run_rules) shares work between evaluations."""
+    """One rule on one subject. ``run`` (internal to run_rules) shares work between evaluations.
+
+    What the expressions and templates read is bound to their names as each is about to be used
+    (``bind``): the applies condition's first, the fail_if's next, a message's only when it is
+    rendered; so a rule from the rule cache compiles only what it uses (loader._Parts)."""
     reads: list[tuple[str, Any]] = []
     cache: RunCache | None = run.cache if run is not None else None
     if cache is not None:
         cache.reads = reads
-    sections, uses_gpus = run.names(rule) if run is not None else _names(rule)
-    names = section_views(facts, sections, reads)
-    if uses_gpus:
-        if run is not None:
-            names["gpus"] = run.gpu_views()
-        else:
-            gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
-            names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
+    names: dict[str, Any] = {}
     variable = SUBJECT_VARIABLE[rule.subject]
     if variable and data is not None:
         names[variable] = wrap(data, variable, reads)
-    for name, expression in rule.let:
-        names[name] = LetValue(expression)  # worked out where first read (see LetValue)
+    unbound_lets = [rule.parts]  # emptied when the rule's let: names are bound
+
+    def bind(compiled: Any) -> Any:
+        """``compiled`` (an expression or template), once the names it reads are in ``names``."""
+        sections, uses_gpus = run.needs(compiled) if run is not None else _needs(compiled)
+        missing = [section for section in sections if section not in names]
+        if missing:
+            names.update(section_views(facts, missing, reads))
+        if uses_gpus and "gpus" not in names:
+            if run is not None:
+                names["gpus"] = run.gpu_views()
+            else:
+                gpu_reads: list[tuple[str, Any]] = []  # reads through the gpus list are not evidence of this rule
+                names["gpus"] = [wrap(g, f"gpus[{i}]", gpu_reads) for i, g in enumerate(gpus)]
+        # the let: names, once compiled (for the first text that reads one): each worked out where
+        # first read (see LetValue)
+        lets = unbound_lets[0].lets if unbound_lets else None
+        if lets is not None:
+            unbound_lets.clear()
+            for name, expression in lets.items():
+                names[name] = LetValue(expression)
+        return compiled
 
     evidence_end: list[int] = []
 
@@ -275,13 +289,14 @@ def evaluate_rule(
         return _engine_finding(rule, subject, status, message, detail, cause, fix=fix, evidence=_dedup(reads[:end]))
 
     def render(template: Any, strict: bool = False) -> str:
-        text: str = template.render(names, functions, cache, strict=strict)
+        text: str = bind(template).render(names, functions, cache, strict=strict)
         return text
 
     try:
-        if rule.applies is not None and not rule.applies.evaluate(names, functions, cache):
+        applies = rule.applies
+        if applies is not None and not bind(applies).evaluate(names, functions, cache):
             return finding(Status.SKIP, "does not apply")
-        failed = bool(rule.fail_if.evaluate(names, functions, cache))
+        failed = bool(bind(rule.fail_if).evaluate(names, functions, cache))
         evidence_end.append(len(reads))
     except FactUnavailable as exc:
         u = exc.unavailable

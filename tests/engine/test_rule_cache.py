@@ -404,3 +404,57 @@ def test_an_entry_holds_no_integer_a_rule_file_could_not(tmp_path, monkeypatch):
         assert rule_cache.load(KEY) == {"n": value}
     rule_cache.store(KEY, {"n": 10**40})
     assert rule_cache.load(KEY) is None
+
+
+def test_a_cached_rule_compiles_only_what_the_run_reads(tmp_path, monkeypatch):
+    # A rule from the cache is compiled, and checked, field by field where the run first reads
+    # it: one that does not apply compiles its applies only; one that passes, not its message or fix.
+    from gpudoctor.engine.runner import run_rules
+    from gpudoctor.findings import Status
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "r.yaml").write_text(
+        RULE
+        + """\
+- id: skipped-check
+  title: A skipped check
+  area: env
+  severity: info
+  let:
+    flag: host.env.FLAG
+  applies: host.env.OTHER == "1"
+  fail_if: flag == "1"
+  message: "{flag}"
+  fix: nothing
+  why: because it is a test
+  refs: [test]
+"""
+    )
+    load_rules([pack], include_builtin=False, include_plugins=False)  # fills the cache
+    ruleset = load_rules([pack], include_builtin=False, include_plugins=False)
+    done = {rule.id: rule.parts.done for rule in ruleset.rules}
+    assert done == {"cached-check": {}, "skipped-check": {}}
+    findings = run_rules(ruleset, {"host": {"env": {"FLAG": "0", "OTHER": "0"}}})
+    assert [(f.rule_id, f.status) for f in findings] == [("cached-check", Status.PASS), ("skipped-check", Status.SKIP)]
+    assert set(done["cached-check"]) == {"applies", "fail_if", "pass_message"}
+    assert set(done["skipped-check"]) == {"applies"}  # not its let: names, fail_if, message or fix
+    assert ruleset.by_id("skipped-check").parts.lets is None
+    findings = run_rules(ruleset, {"host": {"env": {"FLAG": "1", "OTHER": "1"}}})
+    assert [(f.rule_id, f.status, f.message) for f in findings] == [
+        ("cached-check", Status.FAIL, "FLAG is 1"),
+        ("skipped-check", Status.FAIL, "1"),
+    ]
+    assert set(done["skipped-check"]) == {"applies", "fail_if", "message", "fix"}
+
+
+def test_a_rule_file_s_rule_is_compiled_whole_at_load(tmp_path):
+    # every problem of a rule file is found when it loads, not when a run first reads the field
+    good = {k: v for k, v in GOOD_RULE.items() if k in cached_rules._RULE_REQUIRED}
+    raw = {**good, "fix": "{host.__class__}"}
+    with pytest.raises(loader.RuleLoadError, match="fix"):
+        loader.compile_rule(raw, "r.yaml", {})
+    raw = dict(good)
+    rule = loader.compile_rule(raw, "r.yaml", {})
+    assert set(rule.parts.done) == set(loader.COMPILED_FIELDS)

@@ -423,15 +423,38 @@ class _Parts:
         compiled: Expression = _memoised(self.memo, key, lambda: compile_expression(source, self.roots, lets))
         return compiled
 
+    def _seen(self, kind: str, source: Any) -> tuple[Any, Any]:
+        """(key, what this load gave for it): a field of the same kind, subject, text and let:
+        names (with their texts) as one compiled, and checked against the same tables, earlier in
+        this load gives what that one gave; (None, None) without a memo."""
+        if self.memo is None or type(source) is not str:
+            return None, None
+        key = (kind, self.subject, source, self.scope)
+        return key, self.memo.get(key)
+
     def _expression(self, name: str, source: str) -> Expression:
+        key, hit = self._seen("field e", source)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
         try:
             compiled = self._field(source, self._lets_for(source))
         except ExpressionError as exc:
             raise RuleLoadError(self.path, self.line, f"rule {self.raw['id']}: {name}: {exc}") from None
         _check_tables(compiled, self.tables, self.path, self.line, self.raw["id"], name)
+        if key is not None:
+            self.memo[key] = compiled  # type: ignore[index]
         return compiled
 
     def _template(self, name: str, source: str) -> Template:
+        key, hit = self._seen("field t", source)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        compiled = self._new_template(name, source)
+        if key is not None:
+            self.memo[key] = compiled  # type: ignore[index]
+        return compiled
+
+    def _new_template(self, name: str, source: str) -> Template:
         lets = self._lets_for(source)
         try:
             # a placeholder is an expression: one seen before (in a condition, or another
@@ -451,7 +474,13 @@ class _Parts:
 
     def _lets(self) -> dict[str, Expression]:
         if self.lets is None:
-            self.lets = _compile_lets(self.raw, self.roots, self.tables, self.path, self.line, self.memo)
+            key, hit = self._seen("lets", "")
+            if hit is not None:
+                self.lets = hit  # the same names and texts compiled in another rule (never changed)
+            else:
+                self.lets = _compile_lets(self.raw, self.roots, self.tables, self.path, self.line, self.memo)
+                if key is not None:
+                    self.memo[key] = self.lets  # type: ignore[index]
         return self.lets
 
 

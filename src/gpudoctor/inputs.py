@@ -112,6 +112,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def clean_string(text: str) -> str:
     """``text`` with lone UTF-16 surrogates replaced by U+FFFD (no encoder accepts them)."""
+    if text.isascii():  # most texts; no surrogate is ASCII
+        return text
     return _SURROGATE.sub("\ufffd", text)
 
 
@@ -396,27 +398,23 @@ def _expansion_problem(data: Any, limit: int, max_depth: int) -> str | None:
     without unfolding, once per distinct list or mapping (post-order, memoised by identity)."""
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
+    containers = (dict, list)
     # (container, depth, expanded?) — visited twice: once to push children, once to sum them
-    stack: list[tuple[Any, int, bool]] = [(data, 0, False)]
-
-    def children(item: Any) -> list[Any]:
-        return [*item.keys(), *item.values()] if isinstance(item, dict) else list(item)
-
-    def own_size(value: Any) -> int:
-        if isinstance(value, (dict, list)):
-            return sizes[id(value)]
-        if isinstance(value, str):
-            return 1 + len(value) // 64
-        return 1
-
+    stack: list[tuple[Any, int, bool]] = [(data, 0, False)] if isinstance(data, containers) else []
     while stack:
         item, depth, expanded = stack.pop()
-        if not isinstance(item, (dict, list)):
-            continue
         key = id(item)
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
         if expanded:
             on_path.discard(key)
-            total = 1 + sum(own_size(child) for child in children(item))
+            total = 1
+            for child in children:
+                if isinstance(child, containers):
+                    total += sizes[id(child)]
+                elif isinstance(child, str):
+                    total += 1 + len(child) // 64
+                else:
+                    total += 1
             if total > limit:
                 return f"the document unfolds into more than {limit} values through its aliases; refused"
             sizes[key] = total
@@ -429,7 +427,10 @@ def _expansion_problem(data: Any, limit: int, max_depth: int) -> str | None:
             return f"nested too deeply (more than {max_depth} levels)"
         on_path.add(key)
         stack.append((item, depth, True))
-        stack.extend((child, depth + 1, False) for child in children(item) if isinstance(child, (dict, list)))
+        below = depth + 1
+        for child in children:
+            if isinstance(child, containers):
+                stack.append((child, below, False))
     return None
 
 

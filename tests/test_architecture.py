@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpudoctor.context",
             "gpudoctor.rootfs",
             "gpudoctor.escaping",
+            "gpudoctor.lazy_re",
             "gpudoctor.model",
             "gpudoctor.tables",
         ),

@@ -70,6 +70,7 @@ CHECK_FACTS_TEXT = {
     "gpudoctor.facts",
     "gpudoctor.findings",
     "gpudoctor.inputs",
+    "gpudoctor.lazy_re",
     "gpudoctor.model",
     "gpudoctor.model.bus_ids",
     "gpudoctor.model.cpus",

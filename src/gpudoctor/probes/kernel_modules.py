@@ -37,6 +37,7 @@ from typing import Any, Callable
 from ..context import ProbeContext, excerpt
 from ..escaping import printable
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, is_dir, is_file, list_dir, open_fd, resolve_path, stat_path, unavailable_from_oserror
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
@@ -59,9 +60,9 @@ MAX_MODINFO = 1 << 20
 MAX_DECOMPRESSED = 512 << 20
 _CHUNK = 1 << 16
 
-_RELEASE = re.compile(r"^[A-Za-z0-9._+~-]{1,128}$")
-_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}(?:\.\d{1,4})?$")
-_ERROR_WORD = re.compile(r"\berror\b", re.IGNORECASE)
+_RELEASE = LazyPattern(r"^[A-Za-z0-9._+~-]{1,128}$")
+_VERSION = LazyPattern(r"^\d{1,4}\.\d{1,4}(?:\.\d{1,4})?$")
+_ERROR_WORD = LazyPattern(r"\berror\b", re.IGNORECASE)
 
 
 class ModuleReadError(Exception):

@@ -17,14 +17,14 @@ Widths are measured by `visible_len`: colour codes take no column.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from typing import Any, Sequence
 
 from ..escaping import printable_flow
+from ..lazy_re import LazyPattern
 
 # The colour codes (SGR sequences) a style puts into a line: they take no column on the terminal.
-_SGR = re.compile("\x1b\\[[0-9;]*m")
+_SGR = LazyPattern("\x1b\\[[0-9;]*m")
 
 
 def visible_len(text: str) -> int:

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpudoctor.rootfs",
             "gpudoctor.escaping",
             "gpudoctor.lazy_re",
+            "gpudoctor.frozen",
             "gpudoctor.model",
             "gpudoctor.tables",
         ),

@@ -69,6 +69,7 @@ CHECK_FACTS_TEXT = {
     "gpudoctor.escaping",
     "gpudoctor.facts",
     "gpudoctor.findings",
+    "gpudoctor.frozen",
     "gpudoctor.inputs",
     "gpudoctor.lazy_re",
     "gpudoctor.model",

@@ -22,7 +22,9 @@ says so).
 
 Targets (issue 16): `check` within 1.15x of `nvidia-smi -q` on a 1 x H200 host; `check --facts
 FILE` at most 0.07 s on the development machine. Prints a table of median / min / max wall
-seconds per command and tree, the gpudoctor/nvidia-smi ratio and the targets' verdicts. Not a
+seconds and median CPU seconds (user + system, children included: less swayed by other load
+than wall time) per command and tree, the B/A ratios of the median, the minimum and the CPU
+median, the gpudoctor/nvidia-smi ratio and the targets' verdicts. Not a
 test: timings on a shared machine vary; compare medians of one run, and ratios to the
 references timed with them.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -43,10 +46,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def timed_once(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+def timed_once(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system of the command and the children it waited for)
+    and the exit status of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
-    return time.perf_counter() - t0, done.returncode
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.returncode
 
 
 def tree_env(src: Path, cache: Path) -> dict[str, str]:
@@ -93,30 +102,39 @@ def main() -> int:
         if shutil.which("nvidia-smi"):
             commands.append(("nvidia-smi -q", ["nvidia-smi", "-q"], None))
         for name, cmd, env in commands:  # warm-up: page cache, .pyc files, rule caches
-            _, code = timed_once(cmd, env)
+            _, _, code = timed_once(cmd, env)
             if code >= 2 and name != "nvidia-smi -q" and not (name.startswith("check") and code == 3):
                 # 2: gpudoctor could not run (a tree without its rules/ beside src/, a bad FILE):
                 # timing how fast it fails would say nothing
                 print(f"error: {name} exits {code}: {shlex.join(cmd)}", file=sys.stderr)
                 return 2
         results: dict[str, list[float]] = {name: [] for name, _, _ in commands}
+        cpus: dict[str, list[float]] = {name: [] for name, _, _ in commands}
         for _ in range(args.runs):
             for name, cmd, env in commands:
-                results[name].append(timed_once(cmd, env)[0])
+                wall, cpu, _ = timed_once(cmd, env)
+                results[name].append(wall)
+                cpus[name].append(cpu)
         if args.torch:
             torch = [sys.executable, "-c", "import torch"]
-            results["import torch"] = [timed_once(torch)[0] for _ in range(min(3, args.runs))]
+            runs = [timed_once(torch) for _ in range(min(3, args.runs))]
+            results["import torch"], cpus["import torch"] = [r[0] for r in runs], [r[1] for r in runs]
 
     for label, src in zip(labels, srcs):
         print(f"tree {label} {src}".replace("  ", " "))
-    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7}  runs")
+    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'cpu s':>7}  runs")
     medians = {name: statistics.median(times) for name, times in results.items()}
+    cpu_medians = {name: statistics.median(times) for name, times in cpus.items()}
     for name, times in results.items():
-        print(f"{name:<20} {medians[name]:>9.3f} {min(times):>7.3f} {max(times):>7.3f}  {len(times)}")
+        row = f"{medians[name]:>9.3f} {min(times):>7.3f} {max(times):>7.3f} {cpu_medians[name]:>7.3f}"
+        print(f"{name:<20} {row}  {len(times)}")
     if len(srcs) == 2:
         for name in ("check", "check --facts", "probe"):
             if f"{name} A" in medians:
-                print(f"{name + ' B/A':<20} {medians[f'{name} B'] / medians[f'{name} A']:>9.2f}")
+                wall = medians[f"{name} B"] / medians[f"{name} A"]
+                least = min(results[f"{name} B"]) / min(results[f"{name} A"])
+                cpu = cpu_medians[f"{name} B"] / cpu_medians[f"{name} A"]
+                print(f"{name + ' B/A':<20} {wall:>9.2f} {least:>7.2f} {'':>7} {cpu:>7.2f}")
     last = f" {labels[-1]}" if labels[-1] else ""
     check = medians[f"check{last}"]
     if "nvidia-smi -q" in medians:

@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpudoctor.context",
             "gpudoctor.rootfs",
             "gpudoctor.escaping",
+            "gpudoctor.lazy_re",
+            "gpudoctor.frozen",
             "gpudoctor.model",
             "gpudoctor.tables",
         ),

@@ -29,29 +29,28 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .lazy_re import LazyPattern
+
 # C0 controls, DEL, C1 controls, lone surrogates, the bidirectional marks, embeddings, overrides
 # and isolates (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069: they reorder what follows
 # them on the line) and the Unicode line and paragraph separators (U+2028-U+2029: a line break
 # to some readers).
 _OTHER = "\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
-# Compiled at import: all but newline and tab (what the output writer escapes); the other two
-# patterns are compiled when first needed (a value with a newline or tab, colour on).
-_UNSAFE_BUT_WHITESPACE = re.compile(f"[\x00-\x08\x0b-\x1f{_OTHER}]")
-_patterns: dict[str, re.Pattern[str]] = {}
+# Every character the patterns below match is one that str.isprintable() calls unprintable
+# (categories Cc, Cf, Cs, Zl, Zp; tests/test_lazy_re.py checks each), so text that isprintable()
+# holds nothing to escape; only other text is searched. The patterns are compiled when first
+# needed (gpudoctor.lazy_re; the wide character classes take a millisecond to compile): normal
+# text, and a report whose only unprintable characters are its newlines and tabs, never compile
+# them.
+_UNSAFE_BUT_WHITESPACE = LazyPattern(f"[\x00-\x08\x0b-\x1f{_OTHER}]")
+_UNSAFE = LazyPattern(f"[\x00-\x1f{_OTHER}]")
+_UNSAFE_KEEPING_SGR = LazyPattern(f"(\x1b\\[[0-9;]*m)|[\x00-\x08\x0b-\x1f{_OTHER}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _FLOW = {ord(c): " " for c in "\n\x0b\x0c\r"}
 
 
-def _pattern(name: str) -> re.Pattern[str]:
-    pattern = _patterns.get(name)
-    if pattern is None:
-        source = {"all": f"[\x00-\x1f{_OTHER}]", "sgr": f"(\x1b\\[[0-9;]*m)|[\x00-\x08\x0b-\x1f{_OTHER}]"}[name]
-        pattern = _patterns[name] = re.compile(source)
-    return pattern
-
-
 def _unsafe(text: str) -> bool:
-    return "\n" in text or "\t" in text or _UNSAFE_BUT_WHITESPACE.search(text) is not None
+    return not text.isprintable() and _UNSAFE.search(text) is not None
 
 
 def _escape(ch: str) -> str:
@@ -72,7 +71,7 @@ def printable(value: Any) -> str:
     text = value if isinstance(value, str) else str(value)
     if not _unsafe(text):
         return text
-    return _pattern("all").sub(_escape_match, text)
+    return _UNSAFE.sub(_escape_match, text)
 
 
 def printable_flow(text: str) -> str:
@@ -99,10 +98,10 @@ def _escape_unless_sgr(match: re.Match[str]) -> str:
 def terminal_safe(text: str, colour: bool = False) -> str:
     """The whole output with every control character but newline and tab escaped; with ``colour``
     also SGR sequences (``ESC [ ... m``) kept. JSON stays valid and means the same."""
-    if _UNSAFE_BUT_WHITESPACE.search(text) is None:
+    if text.replace("\n", "").replace("\t", "").isprintable() or _UNSAFE_BUT_WHITESPACE.search(text) is None:
         return text
     if colour:
-        return _pattern("sgr").sub(_escape_unless_sgr, text)
+        return _UNSAFE_KEEPING_SGR.sub(_escape_unless_sgr, text)
     return _UNSAFE_BUT_WHITESPACE.sub(_escape_match, text)
 
 

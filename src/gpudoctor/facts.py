@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from . import __version__
+from .frozen import Frozen
 
 SCHEMA_VERSION = 1
 
@@ -31,16 +31,18 @@ REASONS = (
 )
 
 
-@dataclass(frozen=True)
-class Unavailable:
+class Unavailable(Frozen):
     """A fact that could not be read, with the reason and a human detail."""
 
+    __slots__ = ("reason", "detail")
     reason: str
-    detail: str = ""
+    detail: str
 
-    def __post_init__(self) -> None:
-        if self.reason not in REASONS:
-            raise ValueError(f"unknown unavailable reason {self.reason!r}")
+    def __init__(self, reason: str, detail: str = "") -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "detail", detail)
+        if reason not in REASONS:
+            raise ValueError(f"unknown unavailable reason {reason!r}")
 
     def to_json(self) -> dict[str, str]:
         return {"unavailable": self.reason, "detail": self.detail}

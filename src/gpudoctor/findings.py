@@ -29,12 +29,13 @@ becomes words for people in :meth:`Cause.words` (and its parts, :attr:`Cause.nam
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Iterable, Mapping
+
+from .frozen import Frozen
 
 MAX_TEXT_CHARS = 4096
 MAX_LABEL_CHARS = 256
@@ -112,15 +113,24 @@ AREAS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Subject:
+class Subject(Frozen):
     """What a finding is about: the host, a GPU, a NUMA node or a NIC."""
 
+    __slots__ = ("kind", "label", "index", "bus_id", "uuid")
     kind: str  # host | gpu | numa_node | nic | pci_port
     label: str  # "host", "GPU 0 (0000:18:00.0)", "node 1", "mlx5_0 (0000:19:00.0)"
-    index: int | None = None
-    bus_id: str | None = None
-    uuid: str | None = None
+    index: int | None
+    bus_id: str | None
+    uuid: str | None
+
+    def __init__(
+        self, kind: str, label: str, index: int | None = None, bus_id: str | None = None, uuid: str | None = None
+    ) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "bus_id", bus_id)
+        object.__setattr__(self, "uuid", uuid)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "label": self.label}
@@ -140,8 +150,7 @@ HOST = Subject("host", "host")
 SOURCE_NAMES = {"nvml": "NVML", "pci": "PCI", "numa": "NUMA", "torch": "torch", "deep": "the device test"}
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(Frozen):
     """Why an unknown finding could not be judged: the source whose facts were missing and why.
 
     ``source``: a facts section (``nvml``, ``pci``, ``torch``, ...), ``engine`` (the run's time
@@ -151,9 +160,15 @@ class Cause:
     test step that was still running when the test stopped. Findings with the same cause are
     folded into one line of a report, so equal causes must mean the same thing."""
 
+    __slots__ = ("source", "reason", "note")
     source: str
     reason: str
-    note: str = ""
+    note: str
+
+    def __init__(self, source: str, reason: str, note: str = "") -> None:
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "note", note)
 
     @property
     def name(self) -> str:
@@ -200,11 +215,12 @@ def bounded_subject(subject: Subject) -> Subject:
     room = MAX_LABEL_CHARS + MARKER_ROOM
     if len(subject.label) <= room and len(subject.bus_id or "") <= room and len(subject.uuid or "") <= room:
         return subject
-    return dataclasses.replace(
-        subject,
-        label=_bound(subject.label, MAX_LABEL_CHARS),
-        bus_id=_bound(subject.bus_id, MAX_LABEL_CHARS) if subject.bus_id is not None else None,
-        uuid=_bound(subject.uuid, MAX_LABEL_CHARS) if subject.uuid is not None else None,
+    return Subject(
+        subject.kind,
+        _bound(subject.label, MAX_LABEL_CHARS),
+        subject.index,
+        _bound(subject.bus_id, MAX_LABEL_CHARS) if subject.bus_id is not None else None,
+        _bound(subject.uuid, MAX_LABEL_CHARS) if subject.uuid is not None else None,
     )
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import errno
 import math
 import os
-import re
 import stat
 from typing import Any
+
+from .lazy_re import LazyPattern
 
 # Caps on what gpudoctor reads of a file it is given. A real 8-GPU snapshot is about 200 KB (a
 # 1000-CPU host's adds about 400 KB) and a report a few hundred KB; the largest shipped rule file
@@ -107,14 +108,13 @@ def read_text_input(path: str | os.PathLike[str], limit: int, what: str = "file"
 # Strings and numbers
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# Compiled when first needed: ASCII text (str.isascii() is a flag, not a scan) holds no surrogate.
+_SURROGATE = LazyPattern("[\ud800-\udfff]")
 
 
 def clean_string(text: str) -> str:
     """``text`` with lone UTF-16 surrogates replaced by U+FFFD (no encoder accepts them)."""
-    if text.isascii():  # most texts; no surrogate is ASCII
-        return text
-    return _SURROGATE.sub("\ufffd", text)
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
 def parse_int(text: str, what: str = "number", max_digits: int = MAX_INT_DIGITS) -> int:
@@ -237,7 +237,7 @@ def _walk_fixing(data: Any, max_depth: int) -> str | None:
         if depth > max_depth:
             return f"nested too deeply (more than {max_depth} levels)"
         if isinstance(item, dict):
-            for key in [k for k in item if _SURROGATE.search(k)]:
+            for key in [k for k in item if not k.isascii() and _SURROGATE.search(k)]:
                 item[clean_string(key)] = item.pop(key)
             for key, value in item.items():
                 if isinstance(value, str):
@@ -336,7 +336,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-_FLOW_BRACKETS = re.compile(r"[\[\]{}]")
+_FLOW_BRACKETS = LazyPattern(r"[\[\]{}]")
 
 
 def _flow_nesting_line(text: str, max_depth: int) -> int | None:

@@ -33,13 +33,13 @@ HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES), and either of the other two narrow
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..facts import Unavailable
 from ..findings import Finding, Severity, Status
 from ..inputs import shown_excerpt
+from ..lazy_re import LazyPattern
 from ..model.gpus import nvlink_islands
 
 GIB = 1 << 30
@@ -49,8 +49,8 @@ IDLE_UTILISATION_PCT = 5
 # `CUDA_VISIBLE_DEVICES=$(gpudoctor select --uuid)` takes the output whole: a comma, space or
 # line break in it would change what the job sees.
 MAX_BYTES = 1 << 64
-_UUID_RE = re.compile(r"GPU-[0-9A-Za-z][0-9A-Za-z-]{0,79}")
-_INDEX_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only, short enough for int()
+_UUID_RE = LazyPattern(r"GPU-[0-9A-Za-z][0-9A-Za-z-]{0,79}")
+_INDEX_RE = LazyPattern(r"[0-9]{1,12}")  # ASCII digits only, short enough for int()
 
 
 @dataclass

@@ -32,11 +32,11 @@ does, an entry that names no GPU hides it and every entry after it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..inputs import shown_excerpt
+from ..lazy_re import LazyPattern
 from ..model.nics import NicChoice, nics_from_facts, pair_nics
 from ..model.topology import (
     MAX_BYTES,
@@ -122,7 +122,7 @@ def _cuda_order(gpus: list[GpuInfo], device_order: str | None, warnings: list[st
     return ordered
 
 
-_INDEX_RE = re.compile(r"-?[0-9]+")
+_INDEX_RE = LazyPattern(r"-?[0-9]+")
 _MAX_LISTED = 8  # GPUs named in one warning; the rest are counted
 
 

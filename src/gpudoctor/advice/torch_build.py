@@ -19,12 +19,12 @@ when nothing fits, the answer is cpu with the reason, and ``working`` is False.
 from __future__ import annotations
 
 import datetime
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from packaging.version import Version
 
+from ..lazy_re import LazyPattern
 from .torch_ascend import ascend_note, ascend_npus, npu_torch
 from .torch_inputs import Inputs, Overrides, TorchAdviceError, gather_inputs, known, public_version
 from .torch_variants import (
@@ -43,7 +43,7 @@ from .torch_variants import (
 INDEX_BASE = "https://download.pytorch.org/whl"
 STALE_DAYS = 90  # older release data gets a note: PyTorch publishes a minor release about every 2-3 months
 
-_ARCH_RE = re.compile(r"(?:sm|compute)_[0-9]{2,4}[a-z]?")
+_ARCH_RE = LazyPattern(r"(?:sm|compute)_[0-9]{2,4}[a-z]?")
 
 
 # ---------------------------------------------------------------------------- recommendation

@@ -16,16 +16,17 @@ from packaging.version import Version
 
 from ..facts import Unavailable
 from ..inputs import shown_excerpt
+from ..lazy_re import LazyPattern
 
 # Each pattern is used with fullmatch (``$`` would let a trailing newline through), names ASCII
 # digits (``\d`` also takes other scripts' digits, which int() accepts and Version() does not) and
 # bounds lengths (int() refuses more than 4300 digits): a version string from the facts or the
 # command line that does not fit is treated as unknown or refused, never parsed further.
-CC_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
-_GFX_RE = re.compile(r"gfx[0-9a-f]{3,5}")
-_PY_RE = re.compile(r"([0-9])\.([0-9]{1,3})(?:\.[0-9]{1,4})?(?:(?:a|b|rc)[0-9]{1,4})?\+?")  # 3.12, 3.13.0rc1
-_DRIVER_RE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,8}){0,3}")  # NVIDIA: 570.124.06, 580.65; in facts
-_CLI_DRIVER_RE = re.compile(r"[0-9]{3}(?:\.[0-9]{1,8}){0,2}")  # --driver-version
+CC_RE = LazyPattern(r"[0-9]{1,3}\.[0-9]{1,3}")
+_GFX_RE = LazyPattern(r"gfx[0-9a-f]{3,5}")
+_PY_RE = LazyPattern(r"([0-9])\.([0-9]{1,3})(?:\.[0-9]{1,4})?(?:(?:a|b|rc)[0-9]{1,4})?\+?")  # 3.12, 3.13.0rc1
+_DRIVER_RE = LazyPattern(r"[0-9]{1,5}(?:\.[0-9]{1,8}){0,3}")  # NVIDIA: 570.124.06, 580.65; in facts
+_CLI_DRIVER_RE = LazyPattern(r"[0-9]{3}(?:\.[0-9]{1,8}){0,2}")  # --driver-version
 
 
 class TorchAdviceError(ValueError):

@@ -15,9 +15,10 @@ from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
+from ..lazy_re import LazyPattern
 from .torch_inputs import CC_RE, Inputs, TorchAdviceError
 
-_TORCH_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
+_TORCH_RE = LazyPattern(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
 
 
 # ---------------------------------------------------------------------------- tables

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..lazy_re import LazyPattern
+
 GIB = float(1 << 30)
 
 PRECISION_BYTES: dict[str, float] = {
@@ -112,7 +114,7 @@ def nearest_shape(params: float) -> Shape:
 
 
 # Matched whole against stripped text: one run of blanks at most, so the match is linear.
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmbt]?)", re.I)
+_SIZE = LazyPattern(r"(\d+(?:\.\d+)?)\s*([kmbt]?)", re.I)
 
 
 def parse_params(text: str) -> float:
@@ -188,7 +190,7 @@ def make_workload(
     return Workload(canonical, count, prec, int(ctx), int(bat), int(lora_rank), kv)
 
 
-_NAMED = re.compile(r"^(?P<mode>[a-z]+)-(?P<size>\d+(?:\.\d+)?[kmbt]?)(?:-(?P<prec>[a-z0-9]+))?$", re.I)
+_NAMED = LazyPattern(r"^(?P<mode>[a-z]+)-(?P<size>\d+(?:\.\d+)?[kmbt]?)(?:-(?P<prec>[a-z0-9]+))?$", re.I)
 
 
 def parse_workload(name: str, context: int | None = None, batch: int | None = None) -> Workload:

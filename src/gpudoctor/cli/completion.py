@@ -15,10 +15,11 @@ from click.shell_completion import CompletionItem
 
 from ..findings import AREAS
 from ..inputs import MAX_YAML_BYTES, InputError, read_text_input
+from ..lazy_re import LazyPattern
 from ..tables import builtin_rules_dir
 
 # a rule item starts "- id: <id>" at the left margin (the rule schema's id: kebab-case, <= 64)
-_RULE_ID = re.compile(r"^- id:\s*['\"]?([a-z0-9]+(?:-[a-z0-9]+)*)['\"]?\s*$", re.MULTILINE)
+_RULE_ID = LazyPattern(r"^- id:\s*['\"]?([a-z0-9]+(?:-[a-z0-9]+)*)['\"]?\s*$", re.MULTILINE)
 # the built-in pack is ~20 files; a broken install with thousands is not read through
 _MAX_FILES = 200
 

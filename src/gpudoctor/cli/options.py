@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import click
+
+from ..frozen import Frozen
 
 Decorator = Callable[[Any], Any]
 
@@ -220,17 +221,35 @@ def check_rate_options(
 # --- where and how to probe -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProbeOptions:
+class ProbeOptions(Frozen):
     """What @root_options collects: where and how to probe. Commands receive it as `probe`."""
 
-    root: str | None = None
-    sysfs_root: str | None = None
-    procfs_root: str | None = None
-    python: str | None = None
-    torch_import: bool = False
-    timeout: float = 30.0
-    nvml_timeout: float = 5.0
+    __slots__ = ("root", "sysfs_root", "procfs_root", "python", "torch_import", "timeout", "nvml_timeout")
+    root: str | None
+    sysfs_root: str | None
+    procfs_root: str | None
+    python: str | None
+    torch_import: bool
+    timeout: float
+    nvml_timeout: float
+
+    def __init__(
+        self,
+        root: str | None = None,
+        sysfs_root: str | None = None,
+        procfs_root: str | None = None,
+        python: str | None = None,
+        torch_import: bool = False,
+        timeout: float = 30.0,
+        nvml_timeout: float = 5.0,
+    ) -> None:
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "sysfs_root", sysfs_root)
+        object.__setattr__(self, "procfs_root", procfs_root)
+        object.__setattr__(self, "python", python)
+        object.__setattr__(self, "torch_import", torch_import)
+        object.__setattr__(self, "timeout", timeout)
+        object.__setattr__(self, "nvml_timeout", nvml_timeout)
 
     @property
     def elsewhere(self) -> bool:

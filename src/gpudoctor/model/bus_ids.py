@@ -18,11 +18,10 @@ The rule:
 
 from __future__ import annotations
 
-import re
-
 from ..context import excerpt
+from ..lazy_re import LazyPattern
 
-_BUS_ID = re.compile(
+_BUS_ID = LazyPattern(
     r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<device>[0-9a-f]{1,2})\.(?P<function>[0-7])"
 )
 

@@ -7,14 +7,13 @@ none of them reaches into another's room for it.
 
 from __future__ import annotations
 
-import re
-
 from ..context import excerpt
+from ..lazy_re import LazyPattern
 
 # Highest CPU (or memory node) id believed: Linux builds for at most 8192 CPUs (x86 MAXSMP);
 # anything far above is garbage, and a mask sized from it would be huge.
 MAX_CPU_ID = (1 << 16) - 1
-_CPULIST_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_CPULIST_PART = LazyPattern(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def parse_cpulist(text: str) -> list[int]:

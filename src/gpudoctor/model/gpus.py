@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from ..facts import Unavailable
+from ..frozen import Frozen
 from .bus_ids import normalise_bus_id
 
 if TYPE_CHECKING:
@@ -379,15 +380,20 @@ def nvlink_islands(gpus: Sequence[Mapping[str, Any]]) -> dict[int, int]:
     return {i: find(i) for i in list(parent)}
 
 
-@dataclass(frozen=True)
-class XgmiHive:
+class XgmiHive(Frozen):
     """AMD GPUs that share an XGMI hive id: their places in the list given to xgmi_hives, and the
     most XGMI links any of them has (None when one member's links could not be counted: it might
     have more). A GPU of the hive with fewer links than that has lost some."""
 
+    __slots__ = ("hive_id", "members", "max_links")
     hive_id: str
     members: tuple[int, ...]
     max_links: int | None
+
+    def __init__(self, hive_id: str, members: tuple[int, ...], max_links: int | None) -> None:
+        object.__setattr__(self, "hive_id", hive_id)
+        object.__setattr__(self, "members", members)
+        object.__setattr__(self, "max_links", max_links)
 
 
 def xgmi_hives(records: Sequence[Mapping[str, Any] | None]) -> list[XgmiHive]:

@@ -12,19 +12,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..frozen import Frozen
 from .bus_ids import normalise_bus_id
 from .topology import GpuInfo, Topology, _id, _int, _list, _section, _str, pci_components
 
 
-@dataclass(frozen=True)
-class NicPort:
+class NicPort(Frozen):
     """One port of one of the NIC's RDMA devices, as the rdma section read it (None: not known)."""
 
+    __slots__ = ("device", "port", "state", "rate_gbps", "link_layer")
     device: str
     port: int
     state: str | None
     rate_gbps: int | float | None
     link_layer: str | None
+
+    def __init__(
+        self,
+        device: str,
+        port: int,
+        state: str | None,
+        rate_gbps: int | float | None,
+        link_layer: str | None,
+    ) -> None:
+        object.__setattr__(self, "device", device)
+        object.__setattr__(self, "port", port)
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "rate_gbps", rate_gbps)
+        object.__setattr__(self, "link_layer", link_layer)
 
 
 @dataclass

@@ -24,10 +24,10 @@ memory per NUMA node is whole GiB, rounded down. VBIOS and InfoROM versions are 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..facts import Unavailable
+from ..frozen import Frozen
 from .cpus import format_cpulist
 from .gpus import gpus_of, nvlink_islands
 from .nics import nics_from_facts, pair_nics
@@ -38,8 +38,7 @@ SCOPES = ("host", "gpus", "nics", "numa_nodes")
 ENTRY_KEY = {"gpus": "index", "nics": "name", "numa_nodes": "id"}
 
 
-@dataclass(frozen=True)
-class ProfileFact:
+class ProfileFact(Frozen):
     """One fact a profile fixes. ``blocking``: a node that differs from the fleet's majority on it
     makes `report merge --drift` exit 1 (a job across nodes that differ on it can fail or slow
     down); the others (kernel, memory, placement) are reported, not blocking. ``ranged``: values
@@ -51,16 +50,41 @@ class ProfileFact:
     name besides its id and the area ``profile`` (pcie, nvlink, rdma, ...), ``why`` what a
     difference means."""
 
+    __slots__ = ("scope", "key", "title", "blocking", "ranged", "text", "form", "action", "tag", "why")
     scope: str
     key: str
     title: str
     blocking: bool
-    ranged: bool = False
-    text: bool = False  # its value is text ("13.0", a version), never a number
-    form: str = "{}"  # how a value reads in a sentence: "x{}" for a width (x8), "{} GiB"
-    action: str = "drain-and-inspect-hardware"
-    tag: str = ""
-    why: str = ""
+    ranged: bool
+    text: bool  # its value is text ("13.0", a version), never a number
+    form: str  # how a value reads in a sentence: "x{}" for a width (x8), "{} GiB"
+    action: str
+    tag: str
+    why: str
+
+    def __init__(
+        self,
+        scope: str,
+        key: str,
+        title: str,
+        blocking: bool,
+        ranged: bool = False,
+        text: bool = False,
+        form: str = "{}",
+        action: str = "drain-and-inspect-hardware",
+        tag: str = "",
+        why: str = "",
+    ) -> None:
+        object.__setattr__(self, "scope", scope)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "title", title)
+        object.__setattr__(self, "blocking", blocking)
+        object.__setattr__(self, "ranged", ranged)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "form", form)
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "tag", tag)
+        object.__setattr__(self, "why", why)
 
     def shown(self, value: Any) -> str:
         """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""

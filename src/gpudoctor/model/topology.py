@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..frozen import Frozen
 from .cpus import format_cpulist
 from .gpus import gpus_of, pci_gpus
 
@@ -93,19 +94,36 @@ def pci_components(path: Any) -> list[str] | None:
     return parts
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(Frozen):
+    __slots__ = ("id", "cpus", "memory_bytes")
     id: int
     cpus: frozenset[int]
     memory_bytes: int | None  # None: unknown
 
+    def __init__(self, id: int, cpus: frozenset[int], memory_bytes: int | None) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "cpus", cpus)
+        object.__setattr__(self, "memory_bytes", memory_bytes)
 
-@dataclass(frozen=True)
-class CpuInfo:
+
+class CpuInfo(Frozen):
+    __slots__ = ("id", "package", "siblings", "llc")
     id: int
     package: int | None
     siblings: tuple[int, ...] | None
     llc: tuple[int, ...] | None
+
+    def __init__(
+        self,
+        id: int,
+        package: int | None,
+        siblings: tuple[int, ...] | None,
+        llc: tuple[int, ...] | None,
+    ) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "package", package)
+        object.__setattr__(self, "siblings", siblings)
+        object.__setattr__(self, "llc", llc)
 
 
 class Topology:

@@ -25,15 +25,15 @@ as the kernel allows (48 standard, 480 extended), 4-byte aligned, each offset on
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Mapping, Sequence
 
 from ..context import ProbeContext
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import read_bytes
 
-_BDF_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_BDF_RE = LazyPattern(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 CONFIG_SIZE = 256  # PCI_CFG_SPACE_SIZE
 CONFIG_EXP_SIZE = 4096  # PCI_CFG_SPACE_EXP_SIZE

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from . import kfd
 from .files import link_name, list_dir, parse_int, read_bytes, read_int, read_text, resolve_path
 from .pci import BDF_RE
@@ -69,11 +70,11 @@ METRICS_V13_THROTTLE = 112
 MI300_TABLES = ((1, 4), (1, 5))
 MAX_METRICS = 1 << 16
 
-_CARD = re.compile(r"^card(\d{1,6})$")
-_TEMP = re.compile(r"^temp(\d{1,2})_input$")
-_RAS_LINE = re.compile(r"^\s*(ue|ce)\s*:\s*([0-9]{1,20})\s*$", re.ASCII)
-_BAD_PAGE = re.compile(r"^\s*0x[0-9a-fA-F]{1,16}\s*:\s*0x[0-9a-fA-F]{1,16}\s*:\s*[RPF]\s*$")
-_WORD = re.compile(r"^[A-Za-z0-9_+-]{1,32}$")
+_CARD = LazyPattern(r"^card(\d{1,6})$")
+_TEMP = LazyPattern(r"^temp(\d{1,2})_input$")
+_RAS_LINE = LazyPattern(r"^\s*(ue|ce)\s*:\s*([0-9]{1,20})\s*$", re.ASCII)
+_BAD_PAGE = LazyPattern(r"^\s*0x[0-9a-fA-F]{1,16}\s*:\s*0x[0-9a-fA-F]{1,16}\s*:\s*[RPF]\s*$")
+_WORD = LazyPattern(r"^[A-Za-z0-9_+-]{1,32}$")
 
 
 def _cards(ctx: ProbeContext) -> list[tuple[str, str]] | Unavailable:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, list_dir, read_text
 
 DRIVER_INFO = "/usr/local/Ascend/driver/version.info"
@@ -43,8 +44,8 @@ MAX_ENV_PATH = 4096
 # /dev/davinci<N> files listed at most (a node has 8 or 16 NPUs).
 MAX_DEVICES = 1024
 
-_VERSION_LINE = re.compile(r"^\s*version\s*=\s*(\S{1,64})\s*$", re.IGNORECASE)
-_DEVICE = re.compile(r"^davinci(\d{1,6})$")
+_VERSION_LINE = LazyPattern(r"^\s*version\s*=\s*(\S{1,64})\s*$", re.IGNORECASE)
+_DEVICE = LazyPattern(r"^davinci(\d{1,6})$")
 
 
 def _version_of(ctx: ProbeContext, path: str, what: str) -> str | Unavailable:

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from typing import Any, Callable
 
 from ..context import ProbeContext, shown
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, list_dir, read_text
 
 CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
@@ -107,7 +107,7 @@ def _open_result(path: str, opener: Opener) -> str | Unavailable:
     return "ok"
 
 
-_GPU_NODE = re.compile(r"^nvidia(\d{1,6})$")
+_GPU_NODE = LazyPattern(r"^nvidia(\d{1,6})$")
 
 
 def _first_gpu_node(ctx: ProbeContext) -> str | Unavailable:
@@ -146,8 +146,8 @@ def device_open_facts(ctx: ProbeContext, opener: Opener | None = None) -> dict[s
 
 # --- config.toml ------------------------------------------------------------------------------
 
-_TABLE = re.compile(r"^\[\s*([A-Za-z0-9_.-]{1,128})\s*\]$")
-_KEY_VALUE = re.compile(r"^([A-Za-z0-9_-]{1,128})\s*=\s*(.*)$")
+_TABLE = LazyPattern(r"^\[\s*([A-Za-z0-9_.-]{1,128})\s*\]$")
+_KEY_VALUE = LazyPattern(r"^([A-Za-z0-9_-]{1,128})\s*=\s*(.*)$")
 
 
 def _strip_comment(value: str) -> str:

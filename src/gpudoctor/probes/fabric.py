@@ -34,12 +34,12 @@ host: the rule skips containers (``host.in_container``).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 from ..context import ProbeContext
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, list_dir, read_text
 
 PROCESS_NAME = "nv-fabricmanager"
@@ -55,7 +55,7 @@ _COMM = PROCESS_NAME[: TASK_COMM_LEN - 1]
 # dpkg status read at most (a full host's is a few MB).
 MAX_DPKG_STATUS = 32 << 20
 DPKG_STATUS = "/var/lib/dpkg/status"
-PACKAGE_RE = re.compile(r"^nvidia-fabricmanager(?:-\d{1,4})?$")
+PACKAGE_RE = LazyPattern(r"^nvidia-fabricmanager(?:-\d{1,4})?$")
 # The fabric manager's default command port (FM_CMD_PORT_NUMBER=6666 in its fabricmanager.cfg, per
 # NVIDIA's Fabric Manager user guide) and the kernel's TCP_LISTEN state (10, include/net/tcp_states.h)
 # as /proc/net/tcp writes it: the st column in hex (Documentation/networking/proc_net_tcp.rst).

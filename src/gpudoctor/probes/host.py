@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from ..model.cpus import parse_cpulist
 from .files import (
     exists,
@@ -111,7 +112,7 @@ def collect(ctx: ProbeContext) -> dict[str, Any]:
     }
 
 
-_BOOT_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_BOOT_ID_RE = LazyPattern(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def parse_boot_id(text: str) -> str:
@@ -415,11 +416,11 @@ def _walk_cpuset(ctx: ProbeContext, mount: str, cgroup: str, names: tuple[str, .
 
 # Order matters: the orchestrator says more about what to do (shm, limits) than the engine below it.
 _CGROUP_SIGNS = (
-    ("kubernetes", re.compile(r"kubepods")),
-    ("podman", re.compile(r"libpod")),
-    ("docker", re.compile(r"/docker[/-][0-9a-f]{12}|docker-[0-9a-f]{12,}\.scope")),
-    ("containerd", re.compile(r"cri-containerd-[0-9a-f]|nerdctl-[0-9a-f]|/containerd/")),
-    ("lxc", re.compile(r"/lxc/|lxc\.payload")),
+    ("kubernetes", LazyPattern(r"kubepods")),
+    ("podman", LazyPattern(r"libpod")),
+    ("docker", LazyPattern(r"/docker[/-][0-9a-f]{12}|docker-[0-9a-f]{12,}\.scope")),
+    ("containerd", LazyPattern(r"cri-containerd-[0-9a-f]|nerdctl-[0-9a-f]|/containerd/")),
+    ("lxc", LazyPattern(r"/lxc/|lxc\.payload")),
 )
 # Engines bind-mount these files from their per-container state directories; on a host,
 # mounts elsewhere under those directories are normal and say nothing.

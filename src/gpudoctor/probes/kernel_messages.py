@@ -41,9 +41,9 @@ The texts matched, with where each was checked (open-gpu-kernel-modules at tag 5
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..lazy_re import LazyPattern
 from ..model.bus_ids import normalise_bus_id
 
 MAX_ENTRIES = 64
@@ -53,32 +53,9 @@ MAX_LINE = 4096
 # A multi-line driver message is read over its first line and at most this many more.
 CONTINUATION_LINES = 6
 
-class LazyPattern:
-    """A regular expression compiled when first used, not when the module is imported: the
-    kernel-log probe's 17 patterns took 5 ms of every start-up (compiling), while a healthy log
-    reaches only the few that its lines' prefilters (feed: "NVRM", "SXid", "module") let through.
-    Compiling twice from two threads is harmless: both get the same pattern."""
-
-    __slots__ = ("_source", "_compiled")
-
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._compiled: re.Pattern[str] | None = None
-
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re.compile(self._source)
-        return compiled
-
-    def search(self, text: str) -> re.Match[str] | None:
-        return self.pattern.search(text)
-
-    def sub(self, replacement: str, text: str) -> str:
-        return self.pattern.sub(replacement, text)
-
-
+# Compiled when first used (gpudoctor.lazy_re): the 17 patterns took 5 ms of every start-up,
+# while a healthy log reaches only the few that its lines' prefilters (feed: "NVRM", "SXid",
+# "module") let through.
 _BUS = r"(?:[0-9A-Fa-f]{4}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
 _VERSION = r"\d{1,4}(?:\.\d{1,4}){1,3}"
 

@@ -25,18 +25,18 @@ unavailable (not_found): nothing says whether a module was ever installed.
 
 from __future__ import annotations
 
-import lzma
 import os
 import re
 import stat
 import struct
+import sys
 import time
-import zlib
 from typing import Any, Callable
 
 from ..context import ProbeContext, excerpt
 from ..escaping import printable
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, is_dir, is_file, list_dir, open_fd, resolve_path, stat_path, unavailable_from_oserror
 
 MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
@@ -59,9 +59,9 @@ MAX_MODINFO = 1 << 20
 MAX_DECOMPRESSED = 512 << 20
 _CHUNK = 1 << 16
 
-_RELEASE = re.compile(r"^[A-Za-z0-9._+~-]{1,128}$")
-_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}(?:\.\d{1,4})?$")
-_ERROR_WORD = re.compile(r"\berror\b", re.IGNORECASE)
+_RELEASE = LazyPattern(r"^[A-Za-z0-9._+~-]{1,128}$")
+_VERSION = LazyPattern(r"^\d{1,4}\.\d{1,4}(?:\.\d{1,4})?$")
+_ERROR_WORD = LazyPattern(r"\berror\b", re.IGNORECASE)
 
 
 class ModuleReadError(Exception):
@@ -147,6 +147,10 @@ class _StreamReader:
         self._restart()
 
     def _restart(self) -> None:
+        # imported here: most modules are plain .ko (or .ko.zst), and lzma with zlib is 1 ms of import
+        import lzma
+        import zlib
+
         os.lseek(self.fd, 0, os.SEEK_SET)
         self.codec: Any = lzma.LZMADecompressor() if self.kind == "xz" else zlib.decompressobj(16 + zlib.MAX_WBITS)
         self.pos = 0  # decompressed bytes produced so far in this pass
@@ -192,6 +196,13 @@ class _StreamReader:
         return b"".join(parts)
 
 
+def _codec_errors() -> tuple[type[Exception], ...]:
+    """lzma's and zlib's errors, of those imported (only a compressed module imports them, and
+    only they raise them)."""
+    lzma, zlib = sys.modules.get("lzma"), sys.modules.get("zlib")
+    return ((lzma.LZMAError,) if lzma is not None else ()) + ((zlib.error,) if zlib is not None else ())
+
+
 def module_version(ctx: ProbeContext, path: str) -> str | Unavailable:
     """The version= of a module file's .modinfo (a system path under the root)."""
     if path.endswith(".zst"):
@@ -210,7 +221,9 @@ def module_version(ctx: ProbeContext, path: str) -> str | Unavailable:
         return Unavailable("timeout", f"{ctx.path(path)}: {exc}")
     except (ModuleReadError, EOFError) as exc:
         return Unavailable("error", f"{ctx.path(path)}: {exc}")
-    except (OSError, ValueError, struct.error, lzma.LZMAError, zlib.error) as exc:  # garbage
+    except Exception as exc:  # garbage: not an ELF file, or a stream that lzma or zlib refuses
+        if not isinstance(exc, (OSError, ValueError, struct.error, *_codec_errors())):
+            raise
         return Unavailable("error", f"{ctx.path(path)}: not a readable module ({type(exc).__name__})")
     finally:
         os.close(fd)

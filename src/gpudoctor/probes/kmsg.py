@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import time
 from typing import Any
 
 from ..context import ProbeContext
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from . import kernel_messages
 from .files import open_fd, unavailable_from_oserror
 
@@ -45,8 +45,8 @@ MAX_KMSG_BYTES = 32 << 20
 MAX_LOG_TAIL = 16 << 20
 MAX_LINE = kernel_messages.MAX_LINE
 
-_SYSLOG_KERNEL = re.compile(r" kernel:\s*(?:\[\s*(?P<uptime>\d{1,10}\.\d{1,9})\]\s?)?")
-_BOOT_BANNER = re.compile(r"kernel:(?:\s*\[\s*0\.0+\])?\s*Linux version \d")
+_SYSLOG_KERNEL = LazyPattern(r" kernel:\s*(?:\[\s*(?P<uptime>\d{1,10}\.\d{1,9})\]\s?)?")
+_BOOT_BANNER = LazyPattern(r"kernel:(?:\s*\[\s*0\.0+\])?\s*Linux version \d")
 
 
 def _parse_kmsg_record(record: str, log: kernel_messages.KernelLog) -> None:

@@ -20,12 +20,12 @@ Reads (all through the context root, no subprocess):
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from . import device_access
 from .files import exists, list_dir, read_bytes, read_text, resolve_path, search_dirs
 
@@ -52,9 +52,9 @@ MODPROBE_DIRS = (
 
 SECURE_BOOT_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
-_NVML_VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_NVML_VERSIONED = LazyPattern(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 # A driver version as its files print it; matched against one short word at a time, never a line.
-_VERSION_WORD = re.compile(r"\d{1,9}\.\d{1,9}(?:\.\d{1,9})?")
+_VERSION_WORD = LazyPattern(r"\d{1,9}\.\d{1,9}(?:\.\d{1,9})?")
 # The driver's proc file is a few lines; only its start is read, and only so much of a line is
 # searched (the real NVRM line is about 130 characters).
 MAX_PROC_VERSION = 1 << 16
@@ -334,7 +334,7 @@ def _iommu_mode(ctx: ProbeContext, cmdline: str | Unavailable) -> str | Unavaila
     return groups
 
 
-_GPU_NODE = re.compile(r"^nvidia\d+$")
+_GPU_NODE = LazyPattern(r"^nvidia\d+$")
 
 
 def _device_nodes(ctx: ProbeContext) -> dict[str, Any]:

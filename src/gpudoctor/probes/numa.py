@@ -20,21 +20,21 @@ from part of a node's CPUs would be wrong. At most MAX_CACHE_INDEXES cache level
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, List, Tuple, Union
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from ..model.cpus import MAX_CPU_ID
 from .files import list_dir, read_cpulist, read_int, read_lines, read_parsed, read_text
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 
-_NODE_RE = re.compile(r"^node(\d+)$")
-_CPU_RE = re.compile(r"^cpu(\d+)$")
-_INDEX_RE = re.compile(r"^index\d{1,4}$")
+_NODE_RE = LazyPattern(r"^node(\d+)$")
+_CPU_RE = LazyPattern(r"^cpu(\d+)$")
+_INDEX_RE = LazyPattern(r"^index\d{1,4}$")
 # A CPU has four or five cache levels listed; a tree with hundreds is not a machine's.
 MAX_CACHE_INDEXES = 64
 

@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import time
 from typing import Any, Callable
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from . import acs, fabric
 from .files import list_dir, read_cpulist, read_int, read_link, read_parsed, resolve_path, stat_path
 
-BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+BDF_RE = LazyPattern(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 VENDORS = {
     0x10DE: "nvidia",
@@ -56,7 +56,7 @@ VENDORS = {
 # Transfer rate per lane of each PCIe generation, as the kernel prints it.
 GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 
-_SPEED_RE = re.compile(r"^(\d{1,4}(?:\.\d{1,4})?)\s{0,8}GT/s")
+_SPEED_RE = LazyPattern(r"^(\d{1,4}(?:\.\d{1,4})?)\s{0,8}GT/s")
 
 # PCI functions probed at most. A large host has a few hundred (with SR-IOV virtual functions, a
 # couple of thousand); a tree with more is not a machine, and probing it would outlast any deadline.

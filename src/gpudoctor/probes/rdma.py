@@ -22,12 +22,12 @@ The counters are the port's PortCounters since the driver loaded. Never judged h
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from ..context import ProbeContext, excerpt
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import list_dir, read_int, read_parsed, read_text, resolve_path
 
 # RDMA devices and ports per device looked at, at most (a host has tens; SR-IOV a few hundred).
@@ -38,11 +38,11 @@ MAX_PORTS = 64
 MAX_GIDS = 256
 COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "excessive_buffer_overrun_errors")
 
-_STATE_RE = re.compile(r"^(\d{1,3}):\s{0,4}(\S(?:.{0,62}\S)?)$")
-_RATE_RE = re.compile(r"^(\d{1,6})(\.5)?\s{1,4}Gb/sec\b")
-_BDF_RE = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_GUID_RE = re.compile(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){3}$")
-_GID_RE = re.compile(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){7}$")
+_STATE_RE = LazyPattern(r"^(\d{1,3}):\s{0,4}(\S(?:.{0,62}\S)?)$")
+_RATE_RE = LazyPattern(r"^(\d{1,6})(\.5)?\s{1,4}Gb/sec\b")
+_BDF_RE = LazyPattern(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_GUID_RE = LazyPattern(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){3}$")
+_GID_RE = LazyPattern(r"^[0-9a-f]{4}(?::[0-9a-f]{4}){7}$")
 
 
 def parse_state(text: str) -> str:

@@ -15,17 +15,17 @@ Reads (through the context root, no subprocess; ``rocminfo`` is not run):
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from ..context import ProbeContext, excerpt, shown
 from ..facts import Unavailable
+from ..lazy_re import LazyPattern
 from .files import exists, is_dir, list_dir, read_text, resolve_path
 from .kfd import MAX_NODES, MAX_PROPERTIES, topology_nodes
 
-_ROCM_DIR_VERSION = re.compile(r"^rocm-(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
-_RELEASE = re.compile(r"^(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
+_ROCM_DIR_VERSION = LazyPattern(r"^rocm-(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
+_RELEASE = LazyPattern(r"^(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
 # .info/version is one short line; longer files are not that.
 MAX_INFO_FILE = 1 << 12
 # An environment value longer than PATH_MAX names no directory.

@@ -16,13 +16,13 @@ Reads (through the context root; environment from ``ctx.env``):
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from ..context import ProbeContext, shown
 from ..facts import Unavailable
 from ..inputs import parse_json
+from ..lazy_re import LazyPattern
 from .files import (
     MAX_SEARCH_DIRS,
     is_dir,
@@ -38,15 +38,15 @@ from .tools import run_bounded
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Versions are a few digits: bounded quantifiers keep a megabyte of digits out of a fact.
-_VERSION_TXT = re.compile(r"CUDA Version[ \t]{1,16}(\d{1,4})\.(\d{1,4})")
-_NVCC_RELEASE = re.compile(r"release[ \t]{1,16}(\d{1,4})\.(\d{1,4})[ \t]{0,16},")
-_RELEASE = re.compile(r"^(\d{1,4})\.(\d{1,4})")
-_CUDART_VERSION = re.compile(rb"#define[ \t]{1,16}CUDART_VERSION[ \t]{1,16}(\d{1,9})")
+_VERSION_TXT = LazyPattern(r"CUDA Version[ \t]{1,16}(\d{1,4})\.(\d{1,4})")
+_NVCC_RELEASE = LazyPattern(r"release[ \t]{1,16}(\d{1,4})\.(\d{1,4})[ \t]{0,16},")
+_RELEASE = LazyPattern(r"^(\d{1,4})\.(\d{1,4})")
+_CUDART_VERSION = LazyPattern(rb"#define[ \t]{1,16}CUDART_VERSION[ \t]{1,16}(\d{1,9})")
 # version.txt is one line; version.json lists the components, a few KiB.
 MAX_VERSION_TXT = 1 << 12
 # An environment value longer than PATH_MAX names no directory.
 MAX_ENV_PATH = 4096
-_CUDA_DIR_NAME = re.compile(r"^cuda-(\d+)\.(\d+)$")
+_CUDA_DIR_NAME = LazyPattern(r"^cuda-(\d+)\.(\d+)$")
 
 
 def _search_dirs(ctx: ProbeContext) -> list[str]:

@@ -8,22 +8,29 @@ what the child did into what a probe reports: its output, or an Unavailable with
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ..children import CUT, DEADLINE, OUTPUT_CAP, Child, deadline_in
 from ..facts import Unavailable
+from ..frozen import Frozen
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(Frozen):
     """What a bounded child process left behind: exit status and decoded output. ``cut``: it
     printed more than run_bounded's cap on a pipe and was killed; the output is what came first."""
 
+    __slots__ = ("returncode", "stdout", "stderr", "timed_out", "cut")
     returncode: int
     stdout: str
     stderr: str
-    timed_out: bool = False
-    cut: bool = False
+    timed_out: bool
+    cut: bool
+
+    def __init__(self, returncode: int, stdout: str, stderr: str, timed_out: bool = False, cut: bool = False) -> None:
+        object.__setattr__(self, "returncode", returncode)
+        object.__setattr__(self, "stdout", stdout)
+        object.__setattr__(self, "stderr", stderr)
+        object.__setattr__(self, "timed_out", timed_out)
+        object.__setattr__(self, "cut", cut)
 
 
 def run_bounded(

@@ -33,6 +33,7 @@ from typing import Any
 from ..children import MARKER, parse_event
 from ..context import ProbeContext
 from ..facts import SnapshotError, Unavailable, from_jsonable
+from ..lazy_re import LazyPattern
 from .files import (
     parse_recorded_json,
     read_file_bytes,
@@ -166,7 +167,7 @@ def _companion_version(site: str, entries: list[str], name: str) -> str | Unavai
     return Unavailable("not_found", f"{name} is not installed beside torch")
 
 
-_NVIDIA_WHEEL = re.compile(r"^nvidia_(cudnn|nccl)_cu(\d+)-(\d+(?:\.\d+){0,2})[.\d]*\.dist-info$", re.IGNORECASE)
+_NVIDIA_WHEEL = LazyPattern(r"^nvidia_(cudnn|nccl)_cu(\d+)-(\d+(?:\.\d+){0,2})[.\d]*\.dist-info$", re.IGNORECASE)
 
 
 def _nvidia_wheel_versions(entries: list[str], cuda: str | None) -> dict[str, str]:

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from ..findings import Finding, Status
+from ..lazy_re import LazyPattern
 
 # XML 1.0 allows no control characters besides tab, newline and carriage return, and no lone
 # surrogate (which no encoding can write either). The file is written as rendered, without the
@@ -20,7 +21,7 @@ from ..findings import Finding, Status
 # carriage return, DEL, the C1 controls (``\x9b`` is an 8-bit CSI) and the bidirectional
 # embedding/override/isolate characters go too: each becomes a visible escape, as
 # gpudoctor.gpudoctor.escaping writes them (``\x1b``, ``\u009b``, ``\u202e``).
-_NOT_SHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+_NOT_SHOWN = LazyPattern("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 
 
 def _visible(match: re.Match[str]) -> str:

@@ -23,12 +23,13 @@ so a node whose checker died does not stay labelled healthy. Formatting only.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 from typing import Any
 
+from ..lazy_re import LazyPattern
+
 PREFIX = "feature.node.kubernetes.io/gpudoctor."
-_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+_BAD = LazyPattern(r"[^A-Za-z0-9_.-]+")
 
 
 def label_value(text: str) -> str:

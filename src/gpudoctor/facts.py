@@ -84,14 +84,27 @@ class SnapshotError(Exception):
     """A snapshot that cannot be used: unreadable, not JSON, wrong schema."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """Yield (dotted path, leaf) for every leaf of a facts tree."""
-    if isinstance(value, Mapping):
+    """Yield (dotted path, leaf) for every leaf of a facts tree. (A plain value is yielded where it
+    is found, not through one more generator: a snapshot has thousands of them.)"""
+    kind = type(value)
+    if kind is dict or (kind is not list and kind not in _SCALARS and isinstance(value, Mapping)):
         for k, v in value.items():
-            yield from walk(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list):
+            sub = f"{path}.{k}" if path else str(k)
+            if type(v) in _SCALARS:
+                yield sub, v
+            else:
+                yield from walk(v, sub)
+    elif kind is list or (kind not in _SCALARS and isinstance(value, list)):
         for i, v in enumerate(value):
-            yield from walk(v, f"{path}[{i}]")
+            sub = f"{path}[{i}]"
+            if type(v) in _SCALARS:
+                yield sub, v
+            else:
+                yield from walk(v, sub)
     else:
         yield path, value
 

@@ -31,7 +31,6 @@ from gpudoctor.engine.loader import Rule, RuleSet, load_rules  # noqa: E402
 from gpudoctor.engine.runner import run_rules  # noqa: E402
 from gpudoctor.findings import AREAS, Status  # noqa: E402
 from gpudoctor.model.profile_facts import FACTS, PROFILE_AREA, PROFILE_FIX  # noqa: E402
-from gpudoctor.render.rules import PROFILE_SEVERITY  # noqa: E402
 
 RULES_DOC = REPO / "docs" / "rules.md"
 HELPERS_DOC = REPO / "docs" / "rules-helpers.md"
@@ -124,17 +123,17 @@ def _profile_section(heading: str) -> list[str]:
         "| id | severity | action | subject | tag | title |",
         "|---|---|---|---|---|---|",
     ]
-    sev = PROFILE_SEVERITY.value
     out += [
-        f"| [{f.rule_id}](#{f.rule_id}) | {sev} | {f.action} | {f.subject} | {f.tag} | {f.check_title} |"
+        f"| [{f.rule_id}](#{f.rule_id}) | {f.severity.value} | {f.action} | {f.subject} | {f.tag} | {f.check_title} |"
         for f in FACTS
     ]
     out.append("")
     for f in FACTS:
+        sev = f.severity.value
         out += [f"### {f.rule_id}", "", f"**{f.check_title}** — {sev}, per {f.subject}", "", f.why, ""]
         out += [
             f"- Fails when: {f.title} (`{f.scope}.{f.key}` of the profile facts) is not the profile's value,"
-            " one of its set or inside its range",
+            " one of its set or inside its range" + (f", {f.tolerance_words}" if f.tolerance_words else ""),
             f"- Recommended action when it fails: `{f.action}`",
             "",
             "Fix:",

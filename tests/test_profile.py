@@ -10,6 +10,7 @@ import pytest
 
 from gpudoctor.facts import dumps
 from gpudoctor.fleet.profile import ProfileError, load_profile
+from gpudoctor.model.profile_facts import FACTS
 from tests.conftest import SNAPSHOTS, probed
 from tests.helpers.golden import GOLDEN, check
 from tests.preflight.helpers import cli
@@ -194,3 +195,95 @@ def test_nic_deviations_are_findings_on_the_nic(tmp_path, capsys):
     code, report, _ = cli(capsys, "check", "--facts", str(good), "--profile", str(profile), "--format", "json")
     mine = [f for f in json.loads(report)["findings"] if f["rule"].startswith("profile-")]
     assert mine and all(f["status"] == "pass" for f in mine)
+
+
+GIB = 1 << 30
+
+
+def _snapshot(tmp_path: Path, name: str, memory_bytes: int) -> str:
+    """The H200 snapshot with NUMA node 0's MemTotal set, written to tmp_path/name."""
+    data = json.loads((SNAPSHOTS / "h200-x2.json").read_text())
+    data["numa"]["nodes"][0]["memory_total_bytes"] = memory_bytes
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _memory_check(capsys, facts: str, profile: Path, *extra: str) -> tuple[int, dict]:
+    code, report, _ = cli(capsys, "check", "--facts", facts, "--profile", str(profile), "--format", "json", *extra)
+    [found] = [f for f in json.loads(report)["findings"] if f["rule"] == "profile-numa-memory"]
+    return code, found
+
+
+def test_numa_memory_at_a_gib_boundary_does_not_flap(tmp_path, capsys):
+    # made just under 256 GiB (255 whole GiB), checked just over (256): the rounding flipped, nothing changed
+    made = _snapshot(tmp_path, "made.json", 256 * GIB - (1 << 20))
+    profile = tmp_path / "p.yaml"
+    assert cli(capsys, "profile", "create", made, "-o", str(profile))[0] == 0
+    assert "memory_gib: 255" in profile.read_text()
+    code, found = _memory_check(capsys, _snapshot(tmp_path, "now.json", 256 * GIB + (1 << 20)), profile)
+    assert (code, found["status"]) == (0, "pass")
+    assert found["message"] == (
+        "memory of the NUMA node is 256 GiB, within the tolerance: the profile expects 255 GiB, "
+        "give or take 2 % of the profile's value, at least 1 GiB"
+    )
+    code, found = _memory_check(capsys, made, profile)
+    assert found["message"] == "memory of the NUMA node is 255 GiB, as the profile expects"
+
+
+def test_a_ballooning_vm_warns_and_does_not_fail_check_or_the_gate(tmp_path, capsys):
+    # the flap seen: a profile made a minute before with 4 GiB, the check read 6 GiB
+    profile = tmp_path / "p.yaml"
+    assert cli(capsys, "profile", "create", _snapshot(tmp_path, "made.json", 4 * GIB + 5), "-o", str(profile))[0] == 0
+    now = _snapshot(tmp_path, "now.json", 6 * GIB + 5)
+    code, found = _memory_check(capsys, now, profile)
+    assert (code, found["status"], found["severity"]) == (0, "fail", "warning")
+    assert found["message"] == (
+        "memory of the NUMA node is 6 GiB; the profile (p.yaml) expects 4 GiB, "
+        "give or take 2 % of the profile's value, at least 1 GiB"
+    )
+    assert _memory_check(capsys, now, profile, "--fail-on", "warning")[0] == 1
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"profile: {profile}\n")
+    target = tmp_path / "gate.json"
+    code, _, _ = cli(capsys, "gate", "--facts", now, "--policy", str(policy), "--json", str(target))
+    assert code == 0 and json.loads(target.read_text())["blocking"] == []
+    # a policy that requires the check makes it block
+    policy.write_text(f"profile: {profile}\nrequired: [profile-numa-memory]\n")
+    code, _, _ = cli(capsys, "gate", "--facts", now, "--policy", str(policy), "--json", str(target))
+    assert code == 1 and [b["rule"] for b in json.loads(target.read_text())["blocking"]] == ["profile-numa-memory"]
+
+
+@pytest.mark.parametrize(
+    "spec, node_gib, passes",
+    [
+        ("512", 503, True),  # 1.8 % less: reservations, not a DIMM (2 % of 512 is 10.24 GiB)
+        ("512", 500, False),  # 2.3 % less
+        ("512", 522, True),  # above by as much passes too: the band is either side
+        ("4", 5, True),  # small nodes: 1 GiB at least
+        ("4", 3, True),
+        ("4", 6, False),
+        ("{min: 250, max: 256}", 245, True),  # 250 - 5 (2 % of 250)
+        ("{min: 250, max: 256}", 244, False),
+        ("{min: 250, max: 256}", 261, True),  # 256 + 5.12
+        ("{one_of: [128, 256]}", 127, True),
+        ("{one_of: [128, 256]}", 200, False),
+    ],
+)
+def test_numa_memory_passes_within_its_tolerance_of_each_kind_of_spec(tmp_path, capsys, spec, node_gib, passes):
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"profile_version: 1\nnuma_nodes:\n  - id: 0\n    memory_gib: {spec}\n")
+    code, found = _memory_check(capsys, _snapshot(tmp_path, "n.json", node_gib * GIB), profile)
+    assert found["status"] == ("pass" if passes else "fail")
+    assert code == 0  # a warning: check fails on error by default
+
+
+def test_only_numa_memory_has_a_tolerance_and_is_a_warning():
+    from gpudoctor.findings import Severity
+
+    tolerant = {
+        f.rule_id: (f.severity, f.tolerance)
+        for f in FACTS
+        if f.tolerance is not None or f.severity is not Severity.ERROR
+    }
+    assert tolerant == {"profile-numa-memory": (Severity.WARNING, (0.02, 1))}

@@ -63,7 +63,21 @@ def test_docs_explain_every_profile_check():
     doc = RULES_DOC.read_text()
     for fact in FACTS:
         assert f"### {fact.rule_id}\n" in doc
-        assert f"| [{fact.rule_id}](#{fact.rule_id}) | error | {fact.action} |" in doc
+        assert f"| [{fact.rule_id}](#{fact.rule_id}) | {fact.severity.value} | {fact.action} |" in doc
+    # the one with a tolerance says so where it says when it fails
+    assert "inside its range, give or take 2 % of the profile's value, at least 1 GiB" in doc
+
+
+def test_rules_list_and_show_give_each_profile_checks_severity_and_tolerance(capsys):
+    code, listed, _ = cli(capsys, "rules", "list", "--format", "json")
+    entries = {r["id"]: r for r in json.loads(listed)}
+    assert {i: entries[i]["severity"] for i in ("profile-numa-memory", "profile-driver")} == {
+        "profile-numa-memory": "warning",
+        "profile-driver": "error",
+    }
+    assert entries["profile-numa-memory"]["fail_if"].endswith("give or take 2 % of the profile's value, at least 1 GiB")
+    code, shown, _ = cli(capsys, "rules", "show", "profile-numa-memory")
+    assert "severity: warning" in shown and "at least 1 GiB" in " ".join(shown.split())
 
 
 def test_failed_profile_checks_recommend_their_action(profile, capsys):

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from gpudoctor.cli.root import main
 from gpudoctor.findings import AREAS
+from gpudoctor.model.profile_facts import FACTS
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -36,10 +37,29 @@ def test_rules_show_completes_the_gates_rule_ids_too():
     assert gate_ids and set(gate_ids) <= values
 
 
-def test_check_only_and_skip_complete_areas():
-    assert complete("gpudoctor check --only pc", 3) == [("plain", "pcie")]
+def _ids(directory: Path) -> set[str]:
+    return set(re.findall(r"^- id: (\S+)$", "\n".join(p.read_text() for p in directory.glob("*.yaml")), re.M))
+
+
+def test_rules_show_completes_the_profile_check_ids():
+    values = [value for _, value in complete("gpudoctor rules show profile-", 3)]
+    assert values == sorted(f.rule_id for f in FACTS)
+    assert ("plain", "profile-gpu-pcie-width") in complete("gpudoctor rules show profile-gpu-pcie-w", 3)
+
+
+def test_check_only_and_skip_complete_areas_then_check_ids():
+    # the areas first, then the ids of the checks `check` runs: its rules and the profile-* checks
+    values = [value for _, value in complete("gpudoctor check --only pc", 3)]
+    assert values[0] == "pcie"
+    assert values[1:] == sorted(i for i in _ids(RULES) if i.startswith("pc"))
     values = [value for _, value in complete("gpudoctor check --skip ", 3)]
-    assert values == [a for a in AREAS if a != "gate"]  # check does not run the gate's checks
+    areas = [a for a in AREAS if a != "gate"]  # check does not run the gate's checks
+    assert values[: len(areas)] == areas
+    assert values[len(areas) :] == sorted(_ids(RULES) | {f.rule_id for f in FACTS})
+    assert not _ids(RULES / "gate") & set(values)
+    skip = [value for _, value in complete("gpudoctor check --skip profile-n", 3)]
+    assert skip == sorted(f.rule_id for f in FACTS if f.rule_id.startswith("profile-n"))
+    assert "profile-numa-memory" in skip
 
 
 def test_an_unknown_prefix_completes_nothing():

@@ -87,3 +87,13 @@ def test_the_gate_command_on_an_ascend_host(capsys):
     code, out, _ = cli(capsys, "gate", "--root", str(HOSTS / "ascend-910b-healthy"), "--expect-gpus", "9",
                        "--format", "json")
     assert code == 1 and "8 Ascend NPU device file(s) (/dev/davinci<N>), the policy expects 9" in out
+
+
+def test_the_checks_title_names_no_one_vendors_library(capsys):
+    # it counts NVML's GPUs, amdgpu's or the Ascend NPUs' device files: its title says none of them
+    # alone (it said "NVML lists ..." on nodes where NVML counts nothing)
+    data = facts("ascend-910b-healthy")
+    failed = _count(data, 16)
+    assert "NVML" not in failed.title and "NPU" in failed.title
+    code, shown, _ = cli(capsys, "rules", "show", "gate-gpu-count")
+    assert code == 0 and shown.startswith(f"gate-gpu-count: {failed.title}\n")

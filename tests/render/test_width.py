@@ -82,3 +82,26 @@ def test_default_width_without_a_terminal_is_100(capsys, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     code, out, _ = cli(capsys, "tiers", "--root", str(HOSTS / "h200-x2-real"))
     assert code == 0 and max(len(line) for line in out.splitlines()) == 100
+
+
+# Fixes whose first line started with a command word and went on in prose: printed whole as a
+# command line, 150 to 260 columns at any width. Now prose with the command inline (or a command
+# on a line of its own), they wrap.
+PROSE_BESIDE_A_COMMAND = (
+    "ascend-torch-without-torch-npu",
+    "nccl-p2p-disabled",
+    "nccl-ib-disabled",
+    "omp-num-threads-unset",
+)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("rule_id", PROSE_BESIDE_A_COMMAND)
+def test_a_fix_with_prose_beside_its_command_wraps_to_the_width(capsys, monkeypatch, width, rule_id):
+    from gpudoctor.render.layout import units
+
+    out = run_at(capsys, monkeypatch, width, "rules", "show", rule_id)
+    fix = out[out.index("\nFix:\n") : out.index("\nReferences:")].splitlines()
+    assert len(fix) > 2
+    # a line runs long only when it is one piece that cannot be broken (a command, a token)
+    assert [line for line in fix if len(line) > width and len(units(line.strip())) > 1] == []

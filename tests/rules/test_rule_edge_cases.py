@@ -135,3 +135,25 @@ def test_nvlink_rules_stand_aside_where_nvml_reports_no_link() -> None:
         gpu["nvlink_errors"] = Unavailable("not_supported", "the GPU has no NVLink links")
     for rule_id in ("nvlink-links-below-spec", "nvlink-error-counters", "nvlink-inactive-links"):
         assert status(rule_id, facts, "0000:00:06.0") is Status.SKIP, rule_id
+
+
+def _failed(rule_id: str, facts: dict[str, Any], bus_id: str) -> Any:
+    rule = RULESET.by_id(rule_id)
+    assert rule is not None, rule_id
+    found = [f for f in run_rules(RULESET, facts, [rule]) if f.subject.bus_id == bus_id]
+    assert [f.status for f in found] == [Status.FAIL], found
+    return found[0]
+
+
+def test_gpu_numa_node_unknown_names_the_tool_of_the_gpus_vendor() -> None:
+    # NVIDIA: NVML's CPU list; AMD: what the AMD SMI reports; never the other vendor's tool
+    nvidia = probed("healthy-2gpu")
+    nvidia["pci"]["devices"][2]["numa_node"] = -1
+    nvidia["nvml"]["gpus"][1]["memory_affinity"] = Unavailable("not_supported", "not on this GPU")
+    fix = _failed("gpu-numa-node-unknown", nvidia, GPU1).fix
+    assert "nvidia-smi topo -m" in fix and "amd-smi" not in fix
+    amd = probed("mi300x-8gpu-healthy")
+    amd["pci"]["devices"][2]["numa_node"] = -1
+    fix = _failed("gpu-numa-node-unknown", amd, "0000:35:00.0").fix
+    assert "amd-smi static --numa" in fix and "rocm-smi --showtoponuma" in fix
+    assert "nvidia-smi" not in fix and "NVML" not in fix

@@ -8,7 +8,10 @@ YAML carries beside it (render/profile_yaml.py) says which snapshot had which va
 `gpudoctor check --profile FILE` and the gate policy's ``profile:`` compare a machine's profile
 facts with the file: each fact the profile names is a finding ``profile-<fact>`` (pass, fail with
 the expected and the actual value, or unknown where the facts do not say) on the GPU, the NIC,
-the NUMA node or the host it is about. The file is outside input: read bounded, strict YAML
+the NUMA node or the host it is about, of the fact's severity (error; memory per NUMA node:
+warning). A value matches exactly, except for a fact with a tolerance (memory per NUMA node,
+model/profile_facts.NUMA_MEMORY_TOLERANCE), which matches within it of the profile's value, of
+a value of its set or of either end of its range. The file is outside input: read bounded, strict YAML
 (gpudoctor.inputs), validated against schemas/profile.schema.json and refused with the file and
 line (ProfileError, exit status 2), like a policy.
 """
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..engine.runner import chosen
-from ..findings import HOST, Finding, Severity, Status, Subject, bounded_subject, cut_text
+from ..findings import HOST, Finding, Status, Subject, bounded_subject, cut_text
 from ..inputs import InputError, load_yaml_file, type_name, yaml_line
 from ..model.profile_facts import (
     BY_NAME,
@@ -208,29 +211,41 @@ def load_profile(path: str | Path) -> Profile:
 # --- check --profile --------------------------------------------------------------------------
 
 
-def matches(spec: Any, actual: Any) -> bool:
+def matches(spec: Any, actual: Any, fact: ProfileFact | None = None) -> bool:
+    """Whether a node's value meets the profile's: equal to it, to one of its set or inside its
+    range; for a fact with a tolerance (``fact.slack``), within that of it, of a value of the
+    set, or of the range's ends."""
+    slack = fact.slack if fact is not None else (lambda _: 0.0)
     if isinstance(spec, Mapping) and "one_of" in spec:
-        return any(_same(v, actual) for v in spec["one_of"])
+        return any(_same(v, actual, slack(v)) for v in spec["one_of"])
     if isinstance(spec, Mapping):
         return (
-            isinstance(actual, (int, float)) and not isinstance(actual, bool) and spec["min"] <= actual <= spec["max"]
+            _is_number(actual) and spec["min"] - slack(spec["min"]) <= actual <= spec["max"] + slack(spec["max"])
         )
-    return _same(spec, actual)
+    return _same(spec, actual, slack(spec))
 
 
-def _same(expected: Any, actual: Any) -> bool:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same(expected: Any, actual: Any, slack: float = 0.0) -> bool:
     if isinstance(expected, str) or isinstance(actual, str):
         return expected == actual
-    return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
+    return _is_number(actual) and abs(expected - actual) <= slack
 
 
 def expected_words(fact: ProfileFact, spec: Any) -> str:
-    """An expectation for people: "x16", "one of x8, x16", "from 250 GiB to 256 GiB"."""
+    """An expectation for people: "x16", "one of x8, x16", "from 250 GiB to 256 GiB"; with the
+    fact's tolerance, if it has one ("4 GiB, give or take 2 % of the profile's value, at least
+    1 GiB")."""
     if isinstance(spec, Mapping) and "one_of" in spec:
-        return "one of " + ", ".join(fact.shown(v) for v in spec["one_of"])
-    if isinstance(spec, Mapping):
-        return f"from {fact.shown(spec['min'])} to {fact.shown(spec['max'])}"
-    return fact.shown(spec)
+        words = "one of " + ", ".join(fact.shown(v) for v in spec["one_of"])
+    elif isinstance(spec, Mapping):
+        words = f"from {fact.shown(spec['min'])} to {fact.shown(spec['max'])}"
+    else:
+        words = fact.shown(spec)
+    return f"{words}, {fact.tolerance_words}" if fact.tolerance_words else words
 
 
 def _subjects(facts: Mapping[str, Any]) -> dict[str, dict[Any, Subject]]:
@@ -258,7 +273,7 @@ def _finding(fact: ProfileFact, subject: Subject, status: Status, message: str, 
         rule_id=fact.rule_id,
         title=fact.check_title,
         area=PROFILE_AREA,
-        severity=Severity.ERROR,
+        severity=fact.severity,
         status=status,
         subject=bounded_subject(subject),
         message=cut_text(message),
@@ -317,12 +332,10 @@ def _compare(
         if value is None:
             message = f"{fact.title}: unknown here; the profile ({where}) expects {want}"
             out.append(_finding(fact, subject, Status.UNKNOWN, message, evidence))
-        elif matches(spec, value):
-            out.append(
-                _finding(
-                    fact, subject, Status.PASS, f"{fact.title} is {fact.shown(value)}, as the profile expects", evidence
-                )
-            )
+        elif matches(spec, value, fact):
+            exact = matches(spec, value)
+            said = "as the profile expects" if exact else f"within the tolerance: the profile expects {want}"
+            out.append(_finding(fact, subject, Status.PASS, f"{fact.title} is {fact.shown(value)}, {said}", evidence))
         else:
             message = f"{fact.title} is {fact.shown(value)}; the profile ({where}) expects {want}"
             out.append(_finding(fact, subject, Status.FAIL, message, evidence))

@@ -17,7 +17,8 @@ Shape (plain JSON values; None where the facts do not say)::
 Choices that make a value stable on a healthy node (a profile that flaps is worse than none):
 PCIe generation is the link's maximum (the current one drops at idle on NVIDIA GPUs), width is
 the current one (it does not drop at idle; x8 on an x16 card is a fault or a reduced-lane SKU);
-memory per NUMA node is whole GiB, rounded down. VBIOS and InfoROM versions are not in the facts
+memory per NUMA node is whole GiB, rounded down, and judged with a tolerance and as a warning
+(NUMA_MEMORY_TOLERANCE below says why). VBIOS and InfoROM versions are not in the facts
 (gpudoctor does not read them), so no profile fixes them.
 """
 
@@ -27,6 +28,7 @@ import json
 from typing import Any, Mapping
 
 from ..facts import Unavailable
+from ..findings import Severity
 from ..frozen import Frozen
 from .cpus import format_cpulist
 from .gpus import gpus_of, nvlink_islands
@@ -50,7 +52,9 @@ class ProfileFact(Frozen):
     name besides its id and the area ``profile`` (pcie, nvlink, rdma, ...), ``why`` what a
     difference means."""
 
-    __slots__ = ("scope", "key", "title", "blocking", "ranged", "text", "form", "action", "tag", "why")
+    __slots__ = (
+        "scope", "key", "title", "blocking", "ranged", "text", "form", "action", "tag", "why", "severity", "tolerance"
+    )
     scope: str
     key: str
     title: str
@@ -61,6 +65,10 @@ class ProfileFact(Frozen):
     action: str
     tag: str
     why: str
+    severity: Severity
+    # how far a number may be from the profile's and still pass: the larger of ``tolerance[0]``
+    # times the profile's value and ``tolerance[1]`` (in the fact's unit); None: exactly
+    tolerance: tuple[float, float] | None
 
     def __init__(
         self,
@@ -74,6 +82,8 @@ class ProfileFact(Frozen):
         action: str = "drain-and-inspect-hardware",
         tag: str = "",
         why: str = "",
+        severity: Severity = Severity.ERROR,
+        tolerance: tuple[float, float] | None = None,
     ) -> None:
         object.__setattr__(self, "scope", scope)
         object.__setattr__(self, "key", key)
@@ -85,6 +95,23 @@ class ProfileFact(Frozen):
         object.__setattr__(self, "action", action)
         object.__setattr__(self, "tag", tag)
         object.__setattr__(self, "why", why)
+        object.__setattr__(self, "severity", severity)
+        object.__setattr__(self, "tolerance", tolerance)
+
+    def slack(self, expected: Any) -> float:
+        """How far from ``expected`` (a number of the profile) a node's value may be and pass."""
+        if self.tolerance is None or not isinstance(expected, (int, float)) or isinstance(expected, bool):
+            return 0.0
+        relative, least = self.tolerance
+        return max(relative * abs(expected), least)
+
+    @property
+    def tolerance_words(self) -> str:
+        """The tolerance as a clause for people ("" when a value must match exactly)."""
+        if self.tolerance is None:
+            return ""
+        relative, least = self.tolerance
+        return f"give or take {_number(_whole(relative * 100))} % of the profile's value, at least {self.shown(least)}"
 
     def shown(self, value: Any) -> str:
         """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""
@@ -113,6 +140,20 @@ class ProfileFact(Frozen):
 
 
 PROFILE_AREA = "profile"
+# Memory per NUMA node (MemTotal of /sys/devices/system/node/nodeN/meminfo, in whole GiB rounded
+# down) is not a fixed number: on bare metal the kernel's own reservations move it by some MiB
+# between kernels and firmware releases, which flips the GiB at a boundary; on a VM a balloon
+# driver moves it by whole GiB (a profile made a minute before had 4 GiB, the check read 6). So:
+# - a tolerance: the larger of 2 % of the profile's value and 1 GiB. 1 GiB absorbs the rounding
+#   (two readings less than 1 GiB apart are at most 1 whole GiB apart); 2 % absorbs reservations
+#   on large nodes and stays below one DIMM of any current server node (24 DIMMs, two per channel
+#   on 12 channels, make one 4.2 %; fewer DIMMs, or a node per quarter socket, make more), so a
+#   missing DIMM still fails;
+# - severity warning: a difference beyond it is reported (check exits 1 only with --fail-on
+#   warning; the gate blocks on it only when the policy requires profile-numa-memory or fails on
+#   warnings), as report merge --drift shows memory without blocking; a VM whose memory
+#   balloons further than the tolerance warns, it does not fail.
+NUMA_MEMORY_TOLERANCE = (0.02, 1)
 # What a fact's check id says beside the fact's key, so that one id names one fact: a GPU's and a
 # NIC's NUMA node are two checks.
 _PREFIX = {"host": "", "gpus": "gpu-", "nics": "nic-", "numa_nodes": "numa-"}
@@ -168,9 +209,13 @@ FACTS: tuple[ProfileFact, ...] = (
                 "other mode is a firmware setting (its port type)."),
     ProfileFact("nics", "numa_node", "NUMA node of the NIC", False, tag="numa", why=_PLACED),
     ProfileFact("numa_nodes", "memory_gib", "memory of the NUMA node", False, ranged=True, form="{} GiB",
-                tag="numa",
+                tag="numa", severity=Severity.WARNING, tolerance=NUMA_MEMORY_TOLERANCE,
                 why="Less memory on a NUMA node than on the known-good node is a DIMM missing or "
-                "disabled; the data loaders bound to that node run short."),
+                "disabled; the data loaders bound to that node run short. The memory the kernel "
+                "reports moves a little with its reservations (and on a VM with a balloon driver), "
+                "so a value within 2 % of the profile's or 1 GiB of it, whichever is more, passes, "
+                "and a difference is a warning: it blocks a gate only when the policy requires this "
+                "check or fails on warnings."),
 )
 # fmt: on
 BY_NAME = {(f.scope, f.key): f for f in FACTS}

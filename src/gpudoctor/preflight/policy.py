@@ -39,7 +39,7 @@ class Policy:
     allreduce_mib: int = 256
     allreduce_iterations: int = 20
     # the golden-node profile (fleet.profile.Profile) the policy's `profile:` names; its facts are
-    # profile-* checks of severity error
+    # profile-* checks of severity error (memory per NUMA node: warning)
     profile: Any = None
     # gate --distributed's localisation: a figure under this fraction of the best of its kind is slow
     localize_fraction: float = 0.8

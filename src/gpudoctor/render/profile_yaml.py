@@ -18,7 +18,8 @@ from ..model.profile_facts import BY_NAME, ENTRY_KEY, SCOPES, ProfileFact
 HEAD = """\
 # gpudoctor node profile: what a known-good node looks like (gpudoctor profile create).
 # Check a node with it: gpudoctor check --profile FILE (or the gate policy's `profile: FILE`).
-# A value is exact; `one_of:` lists values that are all right; `min:`/`max:` is a range.
+# A value is exact (memory_gib: give or take 2 % or 1 GiB); `one_of:` lists values that are all right;
+# `min:`/`max:` is a range.
 # A fact left out is not checked; edit the file to widen or drop one (it is validated when read).
 """
 

@@ -10,14 +10,19 @@ from typing import Any
 
 from ..engine.loader import Rule, RuleSet
 from ..escaping import printable, printable_lines
-from ..findings import AREAS, Severity
+from ..findings import AREAS
 from ..model.profile_facts import FACTS, PROFILE_AREA, PROFILE_FIX, ProfileFact
 from .layout import fix_lines, wrap
 
 # What `rules list`, `rules show` and docs/rules.md say of a node profile's check (a profile-* id,
-# judged by fleet/profile.py against the profile's values, not by an expression).
-PROFILE_SEVERITY = Severity.ERROR
+# judged by fleet/profile.py against the profile's values, not by an expression; its severity is
+# the fact's, ProfileFact.severity).
 PROFILE_JUDGED = "the node's value differs from the node profile's (check --profile FILE, the policy's profile:)"
+
+
+def profile_judged(fact: ProfileFact) -> str:
+    """``fail_if`` of a profile check in words, with the fact's tolerance where it has one."""
+    return f"{PROFILE_JUDGED}, {fact.tolerance_words}" if fact.tolerance_words else PROFILE_JUDGED
 
 
 def rule_dict(rule: Rule) -> dict[str, Any]:
@@ -49,13 +54,13 @@ def profile_check_dict(fact: ProfileFact) -> dict[str, Any]:
         "id": fact.rule_id,
         "title": fact.check_title,
         "area": PROFILE_AREA,
-        "severity": PROFILE_SEVERITY.value,
+        "severity": fact.severity.value,
         "action": fact.action,
         "subject": fact.subject,
         "tags": sorted(fact.keys - {fact.rule_id, PROFILE_AREA}),
         "let": {},
         "applies": "the node profile names this fact",
-        "fail_if": PROFILE_JUDGED,
+        "fail_if": profile_judged(fact),
         "facts": [f"{fact.scope}.{fact.key}"],
         "message": f"{fact.title} is <value>; the profile (<file>) expects <expected>",
         "fix": PROFILE_FIX,
@@ -77,7 +82,7 @@ def list_text(ruleset: RuleSet, width: int = 100) -> str:
     rule is its id on a line, then its severity, subject and title under it."""
     # (area, id, severity, subject, title): the rules, then the node profile's checks
     rows = [(r.area, r.id, r.severity.value, r.subject, r.title) for r in ruleset.rules]
-    rows += [(PROFILE_AREA, f.rule_id, PROFILE_SEVERITY.value, f.subject, f.check_title) for f in FACTS]
+    rows += [(PROFILE_AREA, f.rule_id, f.severity.value, f.subject, f.check_title) for f in FACTS]
     id_width = max([len(printable(row[1])) for row in rows] + [4])
     lines = []
     for area, heading in AREAS.items():
@@ -116,7 +121,7 @@ def show_profile_text(fact: ProfileFact, width: int = 100) -> str:
     lines = [
         *wrap(f"{fact.rule_id}: {fact.check_title}", width),
         *wrap(
-            f"area: {AREAS[PROFILE_AREA]} · severity: {PROFILE_SEVERITY.value} · subject: {fact.subject}"
+            f"area: {AREAS[PROFILE_AREA]} · severity: {fact.severity.value} · subject: {fact.subject}"
             + (f" · tags: {tags}" if tags else ""),
             width,
         ),
@@ -129,7 +134,8 @@ def show_profile_text(fact: ProfileFact, width: int = 100) -> str:
             "Applies when:  ",
         ),
         *wrap(
-            f"the node's {fact.title} is not the profile's value (one of its set, inside its range)",
+            f"the node's {fact.title} is not the profile's value (one of its set, inside its range)"
+            + (f", {fact.tolerance_words}" if fact.tolerance_words else ""),
             width,
             "Fails when:    ",
         ),

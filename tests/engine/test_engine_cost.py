@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.engine import loader, runner
+from gpudoctor.engine import rule as rule_module
 from gpudoctor.engine.loader import load_rules
 from gpudoctor.engine.runner import run_rules
 
@@ -111,13 +112,13 @@ def _load(tmp_path: Path, rules: list[dict], monkeypatch) -> dict:
 
 def test_rules_with_the_same_text_share_one_compiled_expression(tmp_path, monkeypatch):
     compiled = []
-    real = loader.compile_expression
+    real = rule_module.compile_expression
 
     def counting(source, roots, lets=None):
         compiled.append(source)
         return real(source, roots, lets)
 
-    monkeypatch.setattr(loader, "compile_expression", counting)
+    monkeypatch.setattr(rule_module, "compile_expression", counting)
     rules = _load(
         tmp_path,
         [

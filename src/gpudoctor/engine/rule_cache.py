@@ -9,8 +9,8 @@ entry holds and checks its shape and every field of every rule and table against
 schemas allow when it is read back (anything odd there is a miss). Nothing compiled is stored:
 the loader compiles every expression and template again from its text, with the checks a rule
 file's get (syntax and node types, fact paths, no dunders, helper calls only, limits, tables),
-once per distinct text, subject kind and let: names in a load (loader._memoised), where the run
-first reads it (loader._Parts: a rule that does not apply compiles only its `applies`). So an
+once per distinct text, subject kind and let: names in a load (rule._memoised), where the run
+first reads it (rule._Parts: a rule that does not apply compiles only its `applies`). So an
 entry can make gpudoctor evaluate nothing that a rule file could not: a text the checks refuse
 is never evaluated; that rule is read from its file instead, and the entry is removed (forget).
 

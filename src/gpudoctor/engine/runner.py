@@ -220,7 +220,7 @@ class _Run:
         return self._gpu_views
 
     def needs(self, compiled: Expression | Template) -> tuple[tuple[str, ...], bool]:
-        """_needs, once per expression or template in a run (rules share them: loader._memoised)."""
+        """_needs, once per expression or template in a run (rules share them: rule._memoised)."""
         hit = self._needs.get(id(compiled))
         if hit is not None and hit[0] is compiled:
             return hit[1]
@@ -247,7 +247,7 @@ def evaluate_rule(
 
     What the expressions and templates read is bound to their names as each is about to be used
     (``bind``): the applies condition's first, the fail_if's next, a message's only when it is
-    rendered; so a rule from the rule cache compiles only what it uses (loader._Parts)."""
+    rendered; so a rule from the rule cache compiles only what it uses (rule._Parts)."""
     reads: list[tuple[str, Any]] = []
     cache: RunCache | None = run.cache if run is not None else None
     if cache is not None:

@@ -25,9 +25,15 @@ from typing import Any, Callable, Mapping, Sequence
 from packaging.version import Version
 from simpleeval import (
     DEFAULT_OPERATORS,
+    DISALLOW_FUNCTIONS,
+    MAX_STRING_LENGTH,
     EvalWithCompoundTypes,
     FeatureNotAvailable,
+    FunctionNotDefined,
     InvalidExpression,
+    IterableTooLong,
+    OperatorNotDefined,
+    SimpleEval,
 )
 
 from .bounds import MAX_VALUE_CELLS, check_int, too_big, value_cells
@@ -181,21 +187,38 @@ def _detached(value: Any, run: RunCache) -> bool:
     return False
 
 
+# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
+_NOTHING_TO_CHECK: frozenset[Any] = frozenset({bool, float, type(None), FactView, UnavailableSection})
+
+# Values whose type alone says they pass the check of a node that reads them (a fact, a name, a
+# comparison, a constant): _check_disallowed_items returns at once for them when the node did not
+# build them.
+_QUIET: frozenset[Any] = _NOTHING_TO_CHECK | PLAIN_TYPES
+
+
 class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
-    """simpleeval with attribute access limited to FactView objects, and every value it builds
-    (by an operator, a list or tuple display, a helper call) bounded by MAX_VALUE_CELLS."""
+    """The state of one evaluation, which the expression's program (see :func:`_compile`) runs on:
+    the names, the run, the sizes measured so far, the deadline's ticks. It keeps simpleeval's
+    function table (and simpleeval's construction-time check of it) and simpleeval's check of
+    every value for modules and forbidden functions, narrowed and bounded: attribute access only
+    on FactView objects, and every value built (by an operator, a list or tuple display, a helper
+    call) bounded by MAX_VALUE_CELLS."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # id -> (value, size) of the large values built so far, so nothing is measured twice
         self._sizes: dict[int, tuple[Any, int]] = {}
-        # Whether the node being evaluated builds its value (facts and constants are not
-        # measured: they are bounded by the snapshot and the rule file they come from).
+        # Whether the node whose value is being checked built it (facts and constants are not
+        # measured: they are bounded by the snapshot and the rule file they come from); read by
+        # _check_disallowed_items, also where simpleeval's check calls it for each item.
         self._builds = False
         self.busy = False  # an evaluation is running (see _evaluator_for)
         self._run: RunCache | None = None  # the run this evaluation belongs to, if any
-        self._free: frozenset[int] = frozenset()  # nodes of the expression worth remembering
-        self._ticks = _DEADLINE_TICKS
+        self._free: frozenset[int] = _NOTHING  # nodes of the expression worth remembering
+        self._ticks = _NEVER
+        # The let: expression whose tree LetValue.get asks _eval for next (set by the Name step
+        # that found the LetValue; _eval checks that the tree is that expression's).
+        self._let: Expression | None = None
 
     def cells(self, value: Any) -> int:
         run = self._run
@@ -232,31 +255,36 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             return  # nothing in a flat list of plain values can be a module or a function
         _simpleeval_check(self, item)
 
-    def _eval(self, node: ast.AST) -> Any:
-        run = self._run
-        if run is not None:
-            self._ticks -= 1
-            if self._ticks <= 0:
-                self._ticks = _DEADLINE_TICKS
-                run.check_deadline()
-            if id(node) in self._free:
-                return self._eval_remembered(node, run)
-        # = self._eval_node(node), without the call: this runs for every node evaluated
-        kind = type(node)
+    def _checked(self, item: Any, builds: bool) -> None:
+        """The check of a node's value (the steps skip it where its type alone says it passes)."""
         outer = self._builds
-        self._builds = kind in _BUILDING  # (children set and restore the flag before this node's check)
+        self._builds = builds
         try:
-            handler = self.nodes.get(kind)
-            if handler is None:
-                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
-            value = handler(node)
-            self._check_disallowed_items(value)  # measures what the node built (see cells)
+            self._check_disallowed_items(item)
         finally:
             self._builds = outer
-        return value
 
-    def _eval_remembered(self, node: ast.AST, run: RunCache) -> Any:
+    def _tick(self) -> None:
+        """_DEADLINE_TICKS more nodes were evaluated: a look at the clock."""
+        self._ticks = _DEADLINE_TICKS
+        run = self._run
+        if run is not None:
+            run.check_deadline()
+
+    def _eval(self, node: ast.AST) -> Any:
+        """The value of a checked tree: LetValue.get asks it for its let: expression's."""
+        let, self._let = self._let, None
+        if let is not None and let.tree is node:
+            program = let.program(self._free)
+        else:  # not a let: expression's tree (nothing asks for one): its program, made for this once
+            program = _compile(node, self._free)
+        return program(self)
+
+    def _remembered(self, node: ast.AST, body: _Step) -> Any:
         """A node that names no subject variable: evaluated once per run, then replayed."""
+        run = self._run
+        if run is None:
+            return body(self)
         hit = run.nodes.get(id(node))
         if hit is not None and hit[0] is node:
             _, raised, value, reads = hit
@@ -267,7 +295,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             return value
         start = len(run.reads)
         try:
-            value = self._eval_node(node)
+            value = body(self)
         except _NOT_REMEMBERED:
             raise
         except Exception as exc:
@@ -279,68 +307,18 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                 run.known[id(value)] = (value, self.cells(value))
         return value
 
-    def _eval_node(self, node: ast.AST) -> Any:
-        kind = type(node)
-        outer = self._builds
-        self._builds = kind in _BUILDING
+    def _plain_call(self, name: str, args: Sequence[_Step]) -> Any:
+        """A helper call outside a run, or of a name the table lacks: simpleeval's way."""
         try:
-            handler = self.nodes.get(kind)
-            if handler is None:
-                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
-            value = handler(node)
-            self._check_disallowed_items(value)
-        finally:
-            self._builds = outer
-        return value
+            func = self.functions[name]
+        except KeyError:
+            raise FunctionNotDefined(name, self.expr) from None
+        if func in DISALLOW_FUNCTIONS:
+            raise FeatureNotAvailable("This function is forbidden")
+        return func(*[arg(self) for arg in args])
 
-    def _eval_binop(self, node: ast.BinOp) -> Any:
-        left = self._eval(node.left)
-        right = self._eval(node.right)
-        op = type(node.op)
-        operator = self.operators.get(op)
-        if operator is None:
-            raise InvalidExpression(f"operator {op.__name__} is not allowed")
-        size = None
-        if op is ast.Mult and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
-            # A repetition is sized from its parts before it is built.
-            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-            if isinstance(count, int):
-                size = 1 + (self.cells(seq) - 1) * max(count, 0)  # one container, its items n times
-        elif op is ast.Add and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
-            size = self.cells(left) + self.cells(right) - 1
-        if size is not None and size > MAX_VALUE_CELLS:
-            raise too_big(MAX_VALUE_CELLS)
-        result = operator(left, right)
-        if size is not None:
-            if size >= _REMEMBER_FROM:
-                self._sizes[id(result)] = (result, size)
-        elif isinstance(result, int) and not isinstance(result, bool):
-            check_int(result)
-        elif isinstance(result, _SEQUENCES):
-            self.cells(result)
-        return result
-
-    def _eval_call(self, node: ast.Call) -> Any:
-        # available(fact): is the fact known? supported(fact): is it anything but "not supported
-        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
-        # Both must see the fact unevaluated.
-        if isinstance(node.func, ast.Name) and node.func.id in ("available", "supported"):
-            try:
-                self._eval(node.args[0])
-            except FactUnavailable as exc:
-                if node.func.id == "available":
-                    return False
-                return exc.unavailable.reason != "not_supported"
-            return True
-        run = self._run
-        name = node.func.id if isinstance(node.func, ast.Name) else ""
-        func = self.functions.get(name) if name else None
-        if run is None or func is None or node.keywords:
-            return super()._eval_call(node)
-        args = [self._eval(arg) for arg in node.args]
-        key = _call_key(name, args, run)
-        if key is None:
-            return func(*args)
+    def _shared_call(self, key: tuple[Any, ...], func: Callable[..., Any], args: list[Any], run: RunCache) -> Any:
+        """A helper call over the run's gpus list with otherwise plain arguments: once per run."""
         hit = run.calls.get(key)
         if hit is not None:
             raised, value = hit
@@ -352,7 +330,11 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             if type(value) in (list, tuple):
                 # measured and checked once, here (a value too large is an error each time after)
                 size = self.cells(value)
-                _simpleeval_check(self, value)
+                outer, self._builds = self._builds, True
+                try:
+                    _simpleeval_check(self, value)
+                finally:
+                    self._builds = outer
                 run.known[id(value)] = (value, size)
         except _NOT_REMEMBERED:
             raise
@@ -362,20 +344,461 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         run.calls[key] = (False, value)
         return value
 
-    def _eval_attribute(self, node: ast.Attribute) -> Any:
-        base = self._eval(node.value)
-        if isinstance(base, FactView):
-            return base.child(node.attr)
-        raise InvalidExpression(f"attribute .{node.attr} is only allowed on facts")
 
-    def _eval_name(self, node: ast.Name) -> Any:
-        try:
-            value = self.names[node.id]
-        except KeyError:
-            return super()._eval_name(node)
-        if type(value) is LetValue:
-            return value.get(self)
+# One evaluation step: a node's value, worked out on an evaluation's state.
+_Step = Callable[[_Evaluator], Any]
+
+def _compile(node: ast.AST, free: frozenset[int]) -> _Step:
+    """The program of a checked tree: one step (a closure) per node, made once, which evaluates
+    the node as simpleeval's handler for it would, in the same order, with the same checks and
+    the same exceptions, without simpleeval's dispatch per node. Nothing is generated as text
+    and nothing is compiled by Python: each step calls the steps of its children, the operator
+    functions of OPERATORS and the helpers of the function table. ``free``: the ids of the nodes
+    to remember in the run (RunCache); a node type outside the checked language (which
+    compile_expression refuses) is a step that raises FeatureNotAvailable."""
+    make = _MAKERS.get(type(node))
+    step = make(node, free) if make is not None else _unavailable(type(node).__name__)
+    if id(node) in free:
+
+        def remembered(ev: _Evaluator, node: ast.AST = node, body: _Step = step) -> Any:
+            return ev._remembered(node, body)
+
+        return remembered
+    return step
+
+
+def _unavailable(what: str) -> _Step:
+    def step(ev: _Evaluator) -> Any:
+        raise FeatureNotAvailable(f"Sorry, {what} is not available in this evaluator")
+
+    return step
+
+
+# Each maker below returns the step of one node type; each step first counts the node (the
+# deadline's ticks), then works out its value as the handler of the old simpleeval-based
+# evaluator did, then checks it: a value the node read with _checked(v, False) unless its type
+# is in _QUIET, a value it built with check_int or _checked(v, True) unless it is in
+# _NOTHING_TO_CHECK, exactly as _check_disallowed_items would have decided.
+
+
+def _make_constant(node: ast.Constant, free: frozenset[int]) -> _Step:
+    value: Any = node.value
+    if hasattr(value, "__len__") and len(value) > MAX_STRING_LENGTH:  # (the loader allows 500)
+        message = f"Literal in statement is too long! ({len(value)}, when {MAX_STRING_LENGTH} is max)"
+
+        def too_long(ev: _Evaluator) -> Any:
+            raise IterableTooLong(message)
+
+        return too_long
+    if type(value) in _QUIET:
+
+        def constant(ev: _Evaluator) -> Any:
+            t = ev._ticks - 1
+            ev._ticks = t
+            if t <= 0:
+                ev._tick()
+            return value
+
+        return constant
+
+    def checked_constant(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        ev._checked(value, False)
         return value
+
+    return checked_constant
+
+
+def _read_name(ev: _Evaluator, node: ast.Name, name: str) -> Any:
+    """A name's value (a let: name's worked out on its first read), checked."""
+    try:
+        value = ev.names[name]
+    except KeyError:
+        value = SimpleEval._eval_name(ev, node)  # simpleeval's: a function's name, or NameNotDefined
+    else:
+        if type(value) is LetValue:
+            ev._let = value.expression
+            value = value.get(ev)
+    if type(value) not in _QUIET:
+        ev._checked(value, False)
+    return value
+
+
+def _make_name(node: ast.Name, free: frozenset[int]) -> _Step:
+    name = node.id
+
+    def name_step(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        try:
+            value = ev.names[name]
+        except KeyError:
+            return _read_name(ev, node, name)
+        if type(value) in _QUIET:
+            return value
+        if type(value) is LetValue:
+            return _read_name(ev, node, name)
+        ev._checked(value, False)
+        return value
+
+    return name_step
+
+
+def _not_facts(attr: str) -> InvalidExpression:
+    return InvalidExpression(f"attribute .{attr} is only allowed on facts")
+
+
+def _make_attribute(node: ast.Attribute, free: frozenset[int]) -> _Step:
+    attr = node.attr
+    inner = node.value
+    if type(inner) is ast.Name and id(inner) not in free:  # (a Name never is: only MEMO_NODES are)
+        # gpu.pcie_width: the name's step and the attribute's in one
+        name = inner.id
+
+        def fact(ev: _Evaluator) -> Any:
+            t = ev._ticks - 2
+            ev._ticks = t
+            if t <= 0:
+                ev._tick()
+            try:
+                base = ev.names[name]
+            except KeyError:
+                base = _read_name(ev, inner, name)
+            else:
+                kind = type(base)
+                if kind is not FactView and kind is not UnavailableSection:
+                    if kind is LetValue:
+                        base = _read_name(ev, inner, name)
+                    elif kind not in _QUIET:
+                        ev._checked(base, False)
+            if isinstance(base, FactView):
+                value = base.child(attr)
+            else:
+                raise _not_facts(attr)
+            if type(value) not in _QUIET:
+                ev._checked(value, False)
+            return value
+
+        return fact
+    base_step = _compile(inner, free)
+
+    def attribute(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        base = base_step(ev)
+        if isinstance(base, FactView):
+            value = base.child(attr)
+        else:
+            raise _not_facts(attr)
+        if type(value) not in _QUIET:
+            ev._checked(value, False)
+        return value
+
+    return attribute
+
+
+def _make_subscript(node: ast.Subscript, free: frozenset[int]) -> _Step:
+    container_step = _compile(node.value, free)
+    key_step = _compile(node.slice, free)
+
+    def subscript(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        container = container_step(ev)
+        value = container[key_step(ev)]
+        if type(value) not in _QUIET:
+            ev._checked(value, False)
+        return value
+
+    return subscript
+
+
+def _make_compare(node: ast.Compare, free: frozenset[int]) -> _Step:
+    first = _compile(node.left, free)
+    pairs = [(_compare_operator(op), _compile(comp, free)) for op, comp in zip(node.ops, node.comparators)]
+    if len(pairs) == 1:
+        ((operator, second),) = pairs
+
+        def compare(ev: _Evaluator) -> Any:
+            t = ev._ticks - 1
+            ev._ticks = t
+            if t <= 0:
+                ev._tick()
+            left = first(ev)
+            value = operator(left, second(ev))
+            if type(value) not in _QUIET:
+                ev._checked(value, False)
+            return value
+
+        return compare
+
+    def chained(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        right = first(ev)
+        value: Any = True
+        for operator, step in pairs:
+            if not value:
+                break
+            left = right
+            right = step(ev)
+            value = operator(left, right)
+        if type(value) not in _QUIET:
+            ev._checked(value, False)
+        return value
+
+    return chained
+
+
+def _compare_operator(op: ast.cmpop) -> Callable[[Any, Any], Any]:
+    kind = type(op)
+    operator = OPERATORS.get(kind)
+    if operator is not None:
+        return operator  # type: ignore[no-any-return]
+
+    def missing(left: Any, right: Any) -> Any:
+        raise KeyError(kind)  # as simpleeval's self.operators[type(operation)] would
+
+    return missing
+
+
+def _make_boolop(node: ast.BoolOp, free: frozenset[int]) -> _Step:
+    steps = tuple(_compile(value, free) for value in node.values)
+    is_and = isinstance(node.op, ast.And)
+    if not is_and and not isinstance(node.op, ast.Or):
+        return _unavailable(type(node.op).__name__)
+
+    def boolop(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        value: Any = False
+        if is_and:
+            for step in steps:
+                value = step(ev)
+                if not value:
+                    break
+        else:
+            for step in steps:
+                value = step(ev)
+                if value:
+                    break
+        if type(value) not in _QUIET:
+            ev._checked(value, False)
+        return value
+
+    return boolop
+
+
+def _make_ifexp(node: ast.IfExp, free: frozenset[int]) -> _Step:
+    test, body, orelse = _compile(node.test, free), _compile(node.body, free), _compile(node.orelse, free)
+
+    def ifexp(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        value = body(ev) if test(ev) else orelse(ev)
+        if type(value) not in _QUIET:
+            ev._checked(value, False)
+        return value
+
+    return ifexp
+
+
+def _built(ev: _Evaluator, value: Any) -> None:
+    """The check of a value a node built (an operator's, a display's, a helper call's)."""
+    kind = type(value)
+    if kind is int:
+        check_int(value)
+    elif kind not in _NOTHING_TO_CHECK:
+        ev._checked(value, True)
+
+
+def _make_unaryop(node: ast.UnaryOp, free: frozenset[int]) -> _Step:
+    operand = _compile(node.operand, free)
+    op = node.op
+    operator = OPERATORS.get(type(op))
+
+    def unaryop(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        if operator is None:  # (before the operand, as simpleeval)
+            raise OperatorNotDefined(op, ev.expr)
+        value = operator(operand(ev))
+        kind = type(value)
+        if kind is not bool:
+            _built(ev, value)
+        return value
+
+    return unaryop
+
+
+def _make_binop(node: ast.BinOp, free: frozenset[int]) -> _Step:
+    left_step, right_step = _compile(node.left, free), _compile(node.right, free)
+    op = type(node.op)
+    operator = OPERATORS.get(op)
+    repeats, adds = op is ast.Mult, op is ast.Add
+
+    def binop(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        left = left_step(ev)
+        right = right_step(ev)
+        if operator is None:
+            raise InvalidExpression(f"operator {op.__name__} is not allowed")
+        size = None
+        if repeats and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
+            # A repetition is sized from its parts before it is built.
+            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+            if isinstance(count, int):
+                size = 1 + (ev.cells(seq) - 1) * max(count, 0)  # one container, its items n times
+        elif adds and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+            size = ev.cells(left) + ev.cells(right) - 1
+        if size is not None and size > MAX_VALUE_CELLS:
+            raise too_big(MAX_VALUE_CELLS)
+        result = operator(left, right)
+        kind = type(result)
+        if size is not None:
+            if size >= _REMEMBER_FROM:
+                ev._sizes[id(result)] = (result, size)
+        elif kind is int:
+            check_int(result)
+            return result  # (the node's check of an int is this same check_int)
+        elif isinstance(result, int) and not isinstance(result, bool):
+            check_int(result)
+        elif isinstance(result, _SEQUENCES):
+            ev.cells(result)
+        if kind is not float:
+            _built(ev, result)
+        return result
+
+    return binop
+
+
+def _make_list(node: ast.List, free: frozenset[int]) -> _Step:
+    if any(isinstance(item, ast.Starred) for item in node.elts):  # (refused at load)
+        return _unavailable("Starred")
+    steps = tuple(_compile(item, free) for item in node.elts)
+
+    def list_display(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        value = [step(ev) for step in steps]
+        ev._checked(value, True)
+        return value
+
+    return list_display
+
+
+def _make_tuple(node: ast.Tuple, free: frozenset[int]) -> _Step:
+    steps = tuple(_compile(item, free) for item in node.elts)
+
+    def tuple_display(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        value = tuple([step(ev) for step in steps])
+        ev._checked(value, True)
+        return value
+
+    return tuple_display
+
+
+def _make_call(node: ast.Call, free: frozenset[int]) -> _Step:
+    func = node.func
+    if not isinstance(func, ast.Name) or node.keywords:  # (refused at load)
+        return _unavailable("a call of anything but a helper with plain arguments")
+    name = func.id
+    if name in ("available", "supported"):
+        # available(fact): is the fact known? supported(fact): is it anything but "not supported
+        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
+        # Both must see the fact unevaluated.
+        fact = _compile(node.args[0], free) if node.args else _unavailable("a call without its fact")
+        available = name == "available"
+
+        def known(ev: _Evaluator) -> Any:
+            t = ev._ticks - 1
+            ev._ticks = t
+            if t <= 0:
+                ev._tick()
+            try:
+                fact(ev)
+            except FactUnavailable as exc:
+                if available:
+                    return False
+                return exc.unavailable.reason != "not_supported"
+            return True
+
+        return known
+    args = tuple(_compile(arg, free) for arg in node.args)
+    # Arguments that can never be the run's gpus list itself (a constant, a fact, what an operator
+    # or a display makes): a call with only those is never remembered by _call_key, so it is not asked.
+    private = all(isinstance(arg, _NEVER_SHARED) for arg in node.args)
+
+    def call(ev: _Evaluator) -> Any:
+        t = ev._ticks - 1
+        ev._ticks = t
+        if t <= 0:
+            ev._tick()
+        run = ev._run
+        helper = ev.functions.get(name)
+        if run is None or helper is None:
+            value = ev._plain_call(name, args)
+        elif private:
+            value = helper(*[arg(ev) for arg in args])
+        else:
+            values = [arg(ev) for arg in args]
+            key = _call_key(name, values, run)
+            value = helper(*values) if key is None else ev._shared_call(key, helper, values, run)
+        kind = type(value)
+        if kind is int:
+            check_int(value)
+        elif kind not in _NOTHING_TO_CHECK:
+            ev._checked(value, True)
+        return value
+
+    return call
+
+
+# Nodes whose value is never the run's gpus list (a new value, or one read from the facts): see
+# _make_call. A name, a helper's result, a subscript or a choice (if/else, and/or) may be it.
+_NEVER_SHARED = (ast.Constant, ast.Attribute, ast.Compare, ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple)
+
+
+_MAKERS: dict[type, Callable[[Any, frozenset[int]], _Step]] = {
+    ast.Constant: _make_constant,
+    ast.Name: _make_name,
+    ast.Attribute: _make_attribute,
+    ast.Subscript: _make_subscript,
+    ast.Compare: _make_compare,
+    ast.BoolOp: _make_boolop,
+    ast.IfExp: _make_ifexp,
+    ast.UnaryOp: _make_unaryop,
+    ast.BinOp: _make_binop,
+    ast.List: _make_list,
+    ast.Tuple: _make_tuple,
+    ast.Call: _make_call,
+}
 
 
 class LetValue:
@@ -436,6 +859,10 @@ class Expression:
     names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
     # How deeply its tree nests, with the let: names it reads written out in place.
     depth: int = dataclasses.field(default=0, compare=False, repr=False)
+    # Its tree's programs (see _compile), made on first use: without remembering (outside a run,
+    # or in a rule judged once) and remembering its free nodes in the run.
+    plain: _Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
+    remembering: _Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     def free_nodes(self) -> frozenset[int]:
         free = self.free
@@ -452,6 +879,22 @@ class Expression:
             object.__setattr__(self, "names", names)
         return names
 
+    def program(self, free: frozenset[int]) -> _Step:
+        """The program of its tree that remembers the nodes in ``free`` (_NOTHING or free_nodes())."""
+        if not free:
+            step = self.plain
+            if step is None:
+                step = _compile(self.tree, _NOTHING)
+                object.__setattr__(self, "plain", step)
+            return step
+        if free is self.free:
+            step = self.remembering
+            if step is None:
+                step = _compile(self.tree, free)
+                object.__setattr__(self, "remembering", step)
+            return step
+        return _compile(self.tree, free)  # (nothing asks for another set)
+
     def evaluate(
         self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
     ) -> Any:
@@ -459,16 +902,23 @@ class Expression:
         evaluator = _evaluator_for(functions)
         if evaluator is None:  # in use further up this thread's stack: a fresh one
             evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
-        evaluator.names = dict(names)
+        # (read, never written: the caller's dict is not copied)
+        evaluator.names = names if type(names) is dict else dict(names)
+        evaluator.expr = self.source  # what simpleeval's errors quote
         evaluator._sizes = {}
         evaluator._builds = False
         evaluator._run = run
         if run is not None:
-            evaluator._free = self.free_nodes() if run.remember else _NOTHING
+            free = self.free_nodes() if run.remember else _NOTHING
             evaluator._ticks = run.ticks
+        else:
+            free = _NOTHING
+            evaluator._ticks = _NEVER
+        evaluator._free = free
+        program = self.program(free)
         evaluator.busy = True
         try:
-            return evaluator.eval(self.source, previously_parsed=self.tree)
+            return program(evaluator)
         finally:
             evaluator.busy = False
             if run is not None:
@@ -488,5 +938,3 @@ def _evaluator_for(functions: Mapping[str, Callable[..., Any]]) -> _Evaluator | 
     evaluator: _Evaluator = cached[1]
     return None if evaluator.busy else evaluator
 
-# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
-_NOTHING_TO_CHECK = frozenset({bool, float, type(None), FactView, UnavailableSection})

@@ -1,8 +1,15 @@
-"""Evaluating checked rule expressions: simpleeval, narrowed and bounded, with work shared in a run.
+"""Evaluating checked rule expressions: narrowed and bounded, with work shared in a run.
 
 Expressions are parsed by the standard library's ``ast`` and checked at load (engine.expressions);
-here they are evaluated by the ``simpleeval`` library (no eval/exec anywhere), with attribute
-access only on fact views and every value built bounded (engine.bounds).
+here the checked tree is run by an interpreter of gpudoctor's own, in the way simpleeval's
+evaluator ran it (same order, same operator functions, same checks, same exceptions), with
+attribute access only on fact views and every value built bounded (engine.bounds). Its dispatch
+is done once per expression instead of once per node evaluated: the first evaluation turns the
+tree into a program (:func:`_compile`), one Python closure per node that calls its children's
+closures directly. No text is generated and nothing is compiled by Python: no eval, exec or
+compile anywhere (docs/architecture.md, "Rule expressions", says why this is as safe as before).
+simpleeval still provides the operator functions, the function table and its check of every
+value for modules and forbidden functions.
 
 Within one run of the rules (a :class:`RunCache`), what does not depend on the subject is worked
 out once: a sub-expression that does not name the subject variable (``gpu``, ``node``, ``nic``),
@@ -48,9 +55,6 @@ MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfE
 
 # How many nodes are evaluated between two looks at the clock.
 _DEADLINE_TICKS = 256
-
-# Nodes whose value is built by the evaluation, so measured (see _Evaluator.cells).
-_BUILDING = frozenset({ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call})
 
 
 class DeadlineExceeded(Exception):
@@ -377,7 +381,8 @@ def _unavailable(what: str) -> _Step:
 # Each maker below returns the step of one node type; each step first counts the node (the
 # deadline's ticks), then works out its value as the handler of the old simpleeval-based
 # evaluator did, then checks it: a value the node read with _checked(v, False) unless its type
-# is in _QUIET, a value it built with check_int or _checked(v, True) unless it is in
+# is in _QUIET, a value it built (an operator's, a list or tuple display's, a helper call's:
+# measured, see _Evaluator.cells) with check_int or _checked(v, True) unless it is in
 # _NOTHING_TO_CHECK, exactly as _check_disallowed_items would have decided.
 
 
@@ -579,6 +584,23 @@ def _make_boolop(node: ast.BoolOp, free: frozenset[int]) -> _Step:
     if not is_and and not isinstance(node.op, ast.Or):
         return _unavailable(type(node.op).__name__)
 
+    if len(steps) == 2:  # most: a and b, a or b
+        first, second = steps
+
+        def boolop2(ev: _Evaluator) -> Any:
+            t = ev._ticks - 1
+            ev._ticks = t
+            if t <= 0:
+                ev._tick()
+            value = first(ev)
+            if (value if is_and else not value):
+                value = second(ev)
+            if type(value) not in _QUIET:
+                ev._checked(value, False)
+            return value
+
+        return boolop2
+
     def boolop(ev: _Evaluator) -> Any:
         t = ev._ticks - 1
         ev._ticks = t
@@ -754,6 +776,10 @@ def _make_call(node: ast.Call, free: frozenset[int]) -> _Step:
     # Arguments that can never be the run's gpus list itself (a constant, a fact, what an operator
     # or a display makes): a call with only those is never remembered by _call_key, so it is not asked.
     private = all(isinstance(arg, _NEVER_SHARED) for arg in node.args)
+    count = len(args)
+    # (the steps of the first two arguments; placeholders that are never called where there are fewer)
+    first = args[0] if count > 0 else _unavailable("a missing argument")
+    second = args[1] if count > 1 else _unavailable("a missing argument")
 
     def call(ev: _Evaluator) -> Any:
         t = ev._ticks - 1
@@ -765,9 +791,14 @@ def _make_call(node: ast.Call, free: frozenset[int]) -> _Step:
         if run is None or helper is None:
             value = ev._plain_call(name, args)
         elif private:
-            value = helper(*[arg(ev) for arg in args])
+            if count == 1:
+                value = helper(first(ev))
+            elif count == 2:
+                value = helper(first(ev), second(ev))
+            else:
+                value = helper(*[arg(ev) for arg in args])
         else:
-            values = [arg(ev) for arg in args]
+            values = [first(ev)] if count == 1 else [arg(ev) for arg in args]
             key = _call_key(name, values, run)
             value = helper(*values) if key is None else ev._shared_call(key, helper, values, run)
         kind = type(value)

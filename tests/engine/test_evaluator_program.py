@@ -1,4 +1,4 @@
-"""The evaluator's programs (engine.evaluator._compile): one step per node of a checked tree, made
+"""The evaluator's programs (engine.program): one step per node of a checked tree, made
 once per expression. What they may do is what the checked language allows: these tests run trees
 the loader never lets through (built by hand) and attacks against the steps themselves."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from simpleeval import FeatureNotAvailable, FunctionNotDefined, InvalidExpression, NameNotDefined
 
-from gpudoctor.engine import evaluator, factpaths
+from gpudoctor.engine import factpaths, program
 from gpudoctor.engine.bounds import LimitExceeded
 from gpudoctor.engine.evaluator import DeadlineExceeded, Expression, RunCache
 from gpudoctor.engine.expressions import ALLOWED_NODES, compile_expression
@@ -38,7 +38,7 @@ def names(reads: list[Any] | None = None) -> dict[str, Any]:
 
 def test_every_node_type_of_the_checked_language_has_a_step_and_no_other_does() -> None:
     with_children = {kind for kind in ALLOWED_NODES if kind._fields and kind is not ast.Expression}
-    assert set(evaluator._MAKERS) == with_children
+    assert set(program.MAKERS) == with_children
 
 
 @pytest.mark.parametrize(

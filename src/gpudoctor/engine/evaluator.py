@@ -5,7 +5,7 @@ here the checked tree is run by an interpreter of gpudoctor's own, in the way si
 evaluator ran it (same order, same operator functions, same checks, same exceptions), with
 attribute access only on fact views and every value built bounded (engine.bounds). Its dispatch
 is done once per expression instead of once per node evaluated: the first evaluation turns the
-tree into a program (:func:`_compile`), one Python closure per node that calls its children's
+tree into a program (engine.program), one Python closure per node that calls its children's
 closures directly. No text is generated and nothing is compiled by Python: no eval, exec or
 compile anywhere (docs/architecture.md, "Rule expressions", says why this is as safe as before).
 simpleeval still provides the operator functions, the function table and its check of every
@@ -31,20 +31,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from packaging.version import Version
 from simpleeval import (
-    DEFAULT_OPERATORS,
     DISALLOW_FUNCTIONS,
-    MAX_STRING_LENGTH,
     EvalWithCompoundTypes,
     FeatureNotAvailable,
     FunctionNotDefined,
     InvalidExpression,
-    IterableTooLong,
-    OperatorNotDefined,
     SimpleEval,
 )
 
 from .bounds import MAX_VALUE_CELLS, check_int, too_big, value_cells
-from .views import PLAIN_TYPES, FactUnavailable, FactView, UnavailableSection
+from .program import NOTHING_TO_CHECK, OPERATORS, QUIET, REMEMBER_FROM, Step, compile_tree
+from .views import PLAIN_TYPES
 
 # The names a rule's subject is bound to: a sub-expression naming none of them is the same for
 # every subject of a run (see RunCache).
@@ -63,30 +60,12 @@ class DeadlineExceeded(Exception):
 # Not remembered when a sub-expression raises them: they depend on the moment, not on the facts.
 _NOT_REMEMBERED = (DeadlineExceeded, RecursionError, MemoryError)
 
-_SEQUENCES = (str, bytes, list, tuple)
-
-# Only values this large are remembered by an evaluation (see _Evaluator.cells).
-_REMEMBER_FROM = 64
-
-
-def _safe_mod(a: Any, b: Any) -> Any:
-    if isinstance(a, (str, bytes)):
-        # "%0999999999d" % 1 builds a gigabyte; messages use {placeholders} instead
-        raise InvalidExpression("%-formatting of strings is not allowed in rule expressions")
-    return a % b
-
-
 def _no_check(evaluator: Any, item: Any) -> None:
     pass
 
 # simpleeval's check of a value for modules and forbidden functions (1.0.5 and later; before,
 # it had none). _Evaluator calls it for every value a node gives (see _Evaluator._eval).
 _simpleeval_check: Callable[[Any, Any], None] = getattr(EvalWithCompoundTypes, "_check_disallowed_items", _no_check)
-
-OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
-
-OPERATORS[ast.Mod] = _safe_mod
-
 
 class _Discard(list):  # type: ignore[type-arg]
     """A reads list that keeps nothing: reads through the run's gpus list are no rule's evidence."""
@@ -159,25 +138,6 @@ def _visit_free(node: ast.AST, out: set[int]) -> bool:
         out.add(id(node))
     return dependent
 
-_HASHABLE = frozenset({bool, int, float, str, type(None)})
-
-
-def _call_key(name: str, args: Sequence[Any], run: RunCache) -> tuple[Any, ...] | None:
-    """Key of a helper call over a run-wide list with plain other arguments; None for other calls."""
-    key: list[Any] = [name]
-    shared = False
-    for arg in args:
-        kind = type(arg)
-        if kind in _HASHABLE:
-            key.append((kind, arg))
-        elif id(arg) in run.shared and run.shared[id(arg)] is arg:
-            key.append(("shared", id(arg)))
-            shared = True
-        else:
-            return None
-    return tuple(key) if shared else None
-
-
 def _detached(value: Any, run: RunCache) -> bool:
     """Can the value be handed to another rule's evaluation (it holds no fact view of this one)?"""
     kind = type(value)
@@ -191,17 +151,8 @@ def _detached(value: Any, run: RunCache) -> bool:
     return False
 
 
-# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
-_NOTHING_TO_CHECK: frozenset[Any] = frozenset({bool, float, type(None), FactView, UnavailableSection})
-
-# Values whose type alone says they pass the check of a node that reads them (a fact, a name, a
-# comparison, a constant): _check_disallowed_items returns at once for them when the node did not
-# build them.
-_QUIET: frozenset[Any] = _NOTHING_TO_CHECK | PLAIN_TYPES
-
-
 class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
-    """The state of one evaluation, which the expression's program (see :func:`_compile`) runs on:
+    """The state of one evaluation, which the expression's program (engine.program) runs on:
     the names, the run, the sizes measured so far, the deadline's ticks. It keeps simpleeval's
     function table (and simpleeval's construction-time check of it) and simpleeval's check of
     every value for modules and forbidden functions, narrowed and bounded: attribute access only
@@ -233,7 +184,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                     raise too_big(MAX_VALUE_CELLS)
                 return int(hit[1])
         size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
-        if size >= _REMEMBER_FROM:
+        if size >= REMEMBER_FROM:
             self._sizes[id(value)] = (value, size)
         return size
 
@@ -241,7 +192,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
         # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
         kind = type(item)
-        if kind in _NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
+        if kind in NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
             return
         if self._builds:
             if kind is int:
@@ -255,7 +206,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             hit = run.known.get(id(item))
             if hit is not None and hit[0] is item:
                 return  # checked when the run first made it (the gpus list, a remembered result)
-        if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= PLAIN_TYPES:
+        if isinstance(item, (list, tuple)) and len(item) >= REMEMBER_FROM and set(map(type, item)) <= PLAIN_TYPES:
             return  # nothing in a flat list of plain values can be a module or a function
         _simpleeval_check(self, item)
 
@@ -267,6 +218,21 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             self._check_disallowed_items(item)
         finally:
             self._builds = outer
+
+    def _read_name(self, node: ast.Name) -> Any:
+        """A name's value (a let: name's worked out where first read), checked: the Name step's
+        slow way, for what is not a fact view or a plain value."""
+        try:
+            value = self.names[node.id]
+        except KeyError:
+            value = SimpleEval._eval_name(self, node)  # simpleeval's: a function's name, or NameNotDefined
+        else:
+            if type(value) is LetValue:
+                self._let = value.expression
+                value = value.get(self)
+        if type(value) not in QUIET:
+            self._checked(value, False)
+        return value
 
     def _tick(self) -> None:
         """_DEADLINE_TICKS more nodes were evaluated: a look at the clock."""
@@ -281,10 +247,10 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         if let is not None and let.tree is node:
             program = let.program(self._free)
         else:  # not a let: expression's tree (nothing asks for one): its program, made for this once
-            program = _compile(node, self._free)
+            program = compile_tree(node, self._free)
         return program(self)
 
-    def _remembered(self, node: ast.AST, body: _Step) -> Any:
+    def _remembered(self, node: ast.AST, body: Step) -> Any:
         """A node that names no subject variable: evaluated once per run, then replayed."""
         run = self._run
         if run is None:
@@ -311,7 +277,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                 run.known[id(value)] = (value, self.cells(value))
         return value
 
-    def _plain_call(self, name: str, args: Sequence[_Step]) -> Any:
+    def _plain_call(self, name: str, args: Sequence[Step]) -> Any:
         """A helper call outside a run, or of a name the table lacks: simpleeval's way."""
         try:
             func = self.functions[name]
@@ -347,489 +313,6 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             raise
         run.calls[key] = (False, value)
         return value
-
-
-# One evaluation step: a node's value, worked out on an evaluation's state.
-_Step = Callable[[_Evaluator], Any]
-
-def _compile(node: ast.AST, free: frozenset[int]) -> _Step:
-    """The program of a checked tree: one step (a closure) per node, made once, which evaluates
-    the node as simpleeval's handler for it would, in the same order, with the same checks and
-    the same exceptions, without simpleeval's dispatch per node. Nothing is generated as text
-    and nothing is compiled by Python: each step calls the steps of its children, the operator
-    functions of OPERATORS and the helpers of the function table. ``free``: the ids of the nodes
-    to remember in the run (RunCache); a node type outside the checked language (which
-    compile_expression refuses) is a step that raises FeatureNotAvailable."""
-    make = _MAKERS.get(type(node))
-    step = make(node, free) if make is not None else _unavailable(type(node).__name__)
-    if id(node) in free:
-
-        def remembered(ev: _Evaluator, node: ast.AST = node, body: _Step = step) -> Any:
-            return ev._remembered(node, body)
-
-        return remembered
-    return step
-
-
-def _unavailable(what: str) -> _Step:
-    def step(ev: _Evaluator) -> Any:
-        raise FeatureNotAvailable(f"Sorry, {what} is not available in this evaluator")
-
-    return step
-
-
-# Each maker below returns the step of one node type; each step first counts the node (the
-# deadline's ticks), then works out its value as the handler of the old simpleeval-based
-# evaluator did, then checks it: a value the node read with _checked(v, False) unless its type
-# is in _QUIET, a value it built (an operator's, a list or tuple display's, a helper call's:
-# measured, see _Evaluator.cells) with check_int or _checked(v, True) unless it is in
-# _NOTHING_TO_CHECK, exactly as _check_disallowed_items would have decided.
-
-
-def _make_constant(node: ast.Constant, free: frozenset[int]) -> _Step:
-    value: Any = node.value
-    if hasattr(value, "__len__") and len(value) > MAX_STRING_LENGTH:  # (the loader allows 500)
-        message = f"Literal in statement is too long! ({len(value)}, when {MAX_STRING_LENGTH} is max)"
-
-        def too_long(ev: _Evaluator) -> Any:
-            raise IterableTooLong(message)
-
-        return too_long
-    if type(value) in _QUIET:
-
-        def constant(ev: _Evaluator) -> Any:
-            t = ev._ticks - 1
-            ev._ticks = t
-            if t <= 0:
-                ev._tick()
-            return value
-
-        return constant
-
-    def checked_constant(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        ev._checked(value, False)
-        return value
-
-    return checked_constant
-
-
-def _read_name(ev: _Evaluator, node: ast.Name, name: str) -> Any:
-    """A name's value (a let: name's worked out on its first read), checked."""
-    try:
-        value = ev.names[name]
-    except KeyError:
-        value = SimpleEval._eval_name(ev, node)  # simpleeval's: a function's name, or NameNotDefined
-    else:
-        if type(value) is LetValue:
-            ev._let = value.expression
-            value = value.get(ev)
-    if type(value) not in _QUIET:
-        ev._checked(value, False)
-    return value
-
-
-def _make_name(node: ast.Name, free: frozenset[int]) -> _Step:
-    name = node.id
-
-    def name_step(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        try:
-            value = ev.names[name]
-        except KeyError:
-            return _read_name(ev, node, name)
-        if type(value) in _QUIET:
-            return value
-        if type(value) is LetValue:
-            return _read_name(ev, node, name)
-        ev._checked(value, False)
-        return value
-
-    return name_step
-
-
-def _not_facts(attr: str) -> InvalidExpression:
-    return InvalidExpression(f"attribute .{attr} is only allowed on facts")
-
-
-def _make_attribute(node: ast.Attribute, free: frozenset[int]) -> _Step:
-    attr = node.attr
-    inner = node.value
-    if type(inner) is ast.Name and id(inner) not in free:  # (a Name never is: only MEMO_NODES are)
-        # gpu.pcie_width: the name's step and the attribute's in one
-        name = inner.id
-
-        def fact(ev: _Evaluator) -> Any:
-            t = ev._ticks - 2
-            ev._ticks = t
-            if t <= 0:
-                ev._tick()
-            try:
-                base = ev.names[name]
-            except KeyError:
-                base = _read_name(ev, inner, name)
-            else:
-                kind = type(base)
-                if kind is not FactView and kind is not UnavailableSection:
-                    if kind is LetValue:
-                        base = _read_name(ev, inner, name)
-                    elif kind not in _QUIET:
-                        ev._checked(base, False)
-            if isinstance(base, FactView):
-                value = base.child(attr)
-            else:
-                raise _not_facts(attr)
-            if type(value) not in _QUIET:
-                ev._checked(value, False)
-            return value
-
-        return fact
-    base_step = _compile(inner, free)
-
-    def attribute(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        base = base_step(ev)
-        if isinstance(base, FactView):
-            value = base.child(attr)
-        else:
-            raise _not_facts(attr)
-        if type(value) not in _QUIET:
-            ev._checked(value, False)
-        return value
-
-    return attribute
-
-
-def _make_subscript(node: ast.Subscript, free: frozenset[int]) -> _Step:
-    container_step = _compile(node.value, free)
-    key_step = _compile(node.slice, free)
-
-    def subscript(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        container = container_step(ev)
-        value = container[key_step(ev)]
-        if type(value) not in _QUIET:
-            ev._checked(value, False)
-        return value
-
-    return subscript
-
-
-def _make_compare(node: ast.Compare, free: frozenset[int]) -> _Step:
-    first = _compile(node.left, free)
-    pairs = [(_compare_operator(op), _compile(comp, free)) for op, comp in zip(node.ops, node.comparators)]
-    if len(pairs) == 1:
-        ((operator, second),) = pairs
-
-        def compare(ev: _Evaluator) -> Any:
-            t = ev._ticks - 1
-            ev._ticks = t
-            if t <= 0:
-                ev._tick()
-            left = first(ev)
-            value = operator(left, second(ev))
-            if type(value) not in _QUIET:
-                ev._checked(value, False)
-            return value
-
-        return compare
-
-    def chained(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        right = first(ev)
-        value: Any = True
-        for operator, step in pairs:
-            if not value:
-                break
-            left = right
-            right = step(ev)
-            value = operator(left, right)
-        if type(value) not in _QUIET:
-            ev._checked(value, False)
-        return value
-
-    return chained
-
-
-def _compare_operator(op: ast.cmpop) -> Callable[[Any, Any], Any]:
-    kind = type(op)
-    operator = OPERATORS.get(kind)
-    if operator is not None:
-        return operator  # type: ignore[no-any-return]
-
-    def missing(left: Any, right: Any) -> Any:
-        raise KeyError(kind)  # as simpleeval's self.operators[type(operation)] would
-
-    return missing
-
-
-def _make_boolop(node: ast.BoolOp, free: frozenset[int]) -> _Step:
-    steps = tuple(_compile(value, free) for value in node.values)
-    is_and = isinstance(node.op, ast.And)
-    if not is_and and not isinstance(node.op, ast.Or):
-        return _unavailable(type(node.op).__name__)
-
-    if len(steps) == 2:  # most: a and b, a or b
-        first, second = steps
-
-        def boolop2(ev: _Evaluator) -> Any:
-            t = ev._ticks - 1
-            ev._ticks = t
-            if t <= 0:
-                ev._tick()
-            value = first(ev)
-            if (value if is_and else not value):
-                value = second(ev)
-            if type(value) not in _QUIET:
-                ev._checked(value, False)
-            return value
-
-        return boolop2
-
-    def boolop(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        value: Any = False
-        if is_and:
-            for step in steps:
-                value = step(ev)
-                if not value:
-                    break
-        else:
-            for step in steps:
-                value = step(ev)
-                if value:
-                    break
-        if type(value) not in _QUIET:
-            ev._checked(value, False)
-        return value
-
-    return boolop
-
-
-def _make_ifexp(node: ast.IfExp, free: frozenset[int]) -> _Step:
-    test, body, orelse = _compile(node.test, free), _compile(node.body, free), _compile(node.orelse, free)
-
-    def ifexp(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        value = body(ev) if test(ev) else orelse(ev)
-        if type(value) not in _QUIET:
-            ev._checked(value, False)
-        return value
-
-    return ifexp
-
-
-def _built(ev: _Evaluator, value: Any) -> None:
-    """The check of a value a node built (an operator's, a display's, a helper call's)."""
-    kind = type(value)
-    if kind is int:
-        check_int(value)
-    elif kind not in _NOTHING_TO_CHECK:
-        ev._checked(value, True)
-
-
-def _make_unaryop(node: ast.UnaryOp, free: frozenset[int]) -> _Step:
-    operand = _compile(node.operand, free)
-    op = node.op
-    operator = OPERATORS.get(type(op))
-
-    def unaryop(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        if operator is None:  # (before the operand, as simpleeval)
-            raise OperatorNotDefined(op, ev.expr)
-        value = operator(operand(ev))
-        kind = type(value)
-        if kind is not bool:
-            _built(ev, value)
-        return value
-
-    return unaryop
-
-
-def _make_binop(node: ast.BinOp, free: frozenset[int]) -> _Step:
-    left_step, right_step = _compile(node.left, free), _compile(node.right, free)
-    op = type(node.op)
-    operator = OPERATORS.get(op)
-    repeats, adds = op is ast.Mult, op is ast.Add
-
-    def binop(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        left = left_step(ev)
-        right = right_step(ev)
-        if operator is None:
-            raise InvalidExpression(f"operator {op.__name__} is not allowed")
-        size = None
-        if repeats and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
-            # A repetition is sized from its parts before it is built.
-            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-            if isinstance(count, int):
-                size = 1 + (ev.cells(seq) - 1) * max(count, 0)  # one container, its items n times
-        elif adds and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
-            size = ev.cells(left) + ev.cells(right) - 1
-        if size is not None and size > MAX_VALUE_CELLS:
-            raise too_big(MAX_VALUE_CELLS)
-        result = operator(left, right)
-        kind = type(result)
-        if size is not None:
-            if size >= _REMEMBER_FROM:
-                ev._sizes[id(result)] = (result, size)
-        elif kind is int:
-            check_int(result)
-            return result  # (the node's check of an int is this same check_int)
-        elif isinstance(result, int) and not isinstance(result, bool):
-            check_int(result)
-        elif isinstance(result, _SEQUENCES):
-            ev.cells(result)
-        if kind is not float:
-            _built(ev, result)
-        return result
-
-    return binop
-
-
-def _make_list(node: ast.List, free: frozenset[int]) -> _Step:
-    if any(isinstance(item, ast.Starred) for item in node.elts):  # (refused at load)
-        return _unavailable("Starred")
-    steps = tuple(_compile(item, free) for item in node.elts)
-
-    def list_display(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        value = [step(ev) for step in steps]
-        ev._checked(value, True)
-        return value
-
-    return list_display
-
-
-def _make_tuple(node: ast.Tuple, free: frozenset[int]) -> _Step:
-    steps = tuple(_compile(item, free) for item in node.elts)
-
-    def tuple_display(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        value = tuple([step(ev) for step in steps])
-        ev._checked(value, True)
-        return value
-
-    return tuple_display
-
-
-def _make_call(node: ast.Call, free: frozenset[int]) -> _Step:
-    func = node.func
-    if not isinstance(func, ast.Name) or node.keywords:  # (refused at load)
-        return _unavailable("a call of anything but a helper with plain arguments")
-    name = func.id
-    if name in ("available", "supported"):
-        # available(fact): is the fact known? supported(fact): is it anything but "not supported
-        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
-        # Both must see the fact unevaluated.
-        fact = _compile(node.args[0], free) if node.args else _unavailable("a call without its fact")
-        available = name == "available"
-
-        def known(ev: _Evaluator) -> Any:
-            t = ev._ticks - 1
-            ev._ticks = t
-            if t <= 0:
-                ev._tick()
-            try:
-                fact(ev)
-            except FactUnavailable as exc:
-                if available:
-                    return False
-                return exc.unavailable.reason != "not_supported"
-            return True
-
-        return known
-    args = tuple(_compile(arg, free) for arg in node.args)
-    # Arguments that can never be the run's gpus list itself (a constant, a fact, what an operator
-    # or a display makes): a call with only those is never remembered by _call_key, so it is not asked.
-    private = all(isinstance(arg, _NEVER_SHARED) for arg in node.args)
-    count = len(args)
-    # (the steps of the first two arguments; placeholders that are never called where there are fewer)
-    first = args[0] if count > 0 else _unavailable("a missing argument")
-    second = args[1] if count > 1 else _unavailable("a missing argument")
-
-    def call(ev: _Evaluator) -> Any:
-        t = ev._ticks - 1
-        ev._ticks = t
-        if t <= 0:
-            ev._tick()
-        run = ev._run
-        helper = ev.functions.get(name)
-        if run is None or helper is None:
-            value = ev._plain_call(name, args)
-        elif private:
-            if count == 1:
-                value = helper(first(ev))
-            elif count == 2:
-                value = helper(first(ev), second(ev))
-            else:
-                value = helper(*[arg(ev) for arg in args])
-        else:
-            values = [first(ev)] if count == 1 else [arg(ev) for arg in args]
-            key = _call_key(name, values, run)
-            value = helper(*values) if key is None else ev._shared_call(key, helper, values, run)
-        kind = type(value)
-        if kind is int:
-            check_int(value)
-        elif kind not in _NOTHING_TO_CHECK:
-            ev._checked(value, True)
-        return value
-
-    return call
-
-
-# Nodes whose value is never the run's gpus list (a new value, or one read from the facts): see
-# _make_call. A name, a helper's result, a subscript or a choice (if/else, and/or) may be it.
-_NEVER_SHARED = (ast.Constant, ast.Attribute, ast.Compare, ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple)
-
-
-_MAKERS: dict[type, Callable[[Any, frozenset[int]], _Step]] = {
-    ast.Constant: _make_constant,
-    ast.Name: _make_name,
-    ast.Attribute: _make_attribute,
-    ast.Subscript: _make_subscript,
-    ast.Compare: _make_compare,
-    ast.BoolOp: _make_boolop,
-    ast.IfExp: _make_ifexp,
-    ast.UnaryOp: _make_unaryop,
-    ast.BinOp: _make_binop,
-    ast.List: _make_list,
-    ast.Tuple: _make_tuple,
-    ast.Call: _make_call,
-}
 
 
 class LetValue:
@@ -890,10 +373,10 @@ class Expression:
     names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
     # How deeply its tree nests, with the let: names it reads written out in place.
     depth: int = dataclasses.field(default=0, compare=False, repr=False)
-    # Its tree's programs (see _compile), made on first use: without remembering (outside a run,
+    # Its tree's programs (program.compile_tree), made on first use: without remembering (outside a run,
     # or in a rule judged once) and remembering its free nodes in the run.
-    plain: _Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
-    remembering: _Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
+    plain: Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
+    remembering: Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     def free_nodes(self) -> frozenset[int]:
         free = self.free
@@ -910,29 +393,33 @@ class Expression:
             object.__setattr__(self, "names", names)
         return names
 
-    def program(self, free: frozenset[int]) -> _Step:
+    def program(self, free: frozenset[int]) -> Step:
         """The program of its tree that remembers the nodes in ``free`` (_NOTHING or free_nodes())."""
         if not free:
             step = self.plain
             if step is None:
-                step = _compile(self.tree, _NOTHING)
+                step = compile_tree(self.tree, _NOTHING)
                 object.__setattr__(self, "plain", step)
             return step
         if free is self.free:
             step = self.remembering
             if step is None:
-                step = _compile(self.tree, free)
+                step = compile_tree(self.tree, free)
                 object.__setattr__(self, "remembering", step)
             return step
-        return _compile(self.tree, free)  # (nothing asks for another set)
+        return compile_tree(self.tree, free)  # (nothing asks for another set)
 
     def evaluate(
         self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
     ) -> Any:
         """The expression's value; ``run``: what this run of the rules shares (see RunCache)."""
-        evaluator = _evaluator_for(functions)
-        if evaluator is None:  # in use further up this thread's stack: a fresh one
-            evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
+        cached = getattr(_LOCAL, "evaluator", None)  # (= _evaluator_for(functions), without the call)
+        if cached is not None and cached[0] is functions and not cached[1].busy:
+            evaluator: _Evaluator = cached[1]
+        else:
+            evaluator = _evaluator_for(functions) or _Evaluator(  # in use further up: a fresh one
+                operators=OPERATORS, names={}, functions=dict(functions)
+            )
         # (read, never written: the caller's dict is not copied)
         evaluator.names = names if type(names) is dict else dict(names)
         evaluator.expr = self.source  # what simpleeval's errors quote
@@ -946,7 +433,7 @@ class Expression:
             free = _NOTHING
             evaluator._ticks = _NEVER
         evaluator._free = free
-        program = self.program(free)
+        program = (self.remembering if free else self.plain) or self.program(free)
         evaluator.busy = True
         try:
             return program(evaluator)

@@ -65,9 +65,12 @@ def unrecorded(value: Any) -> Any:
 
 
 def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
-    if type(value) in PLAIN_TYPES:  # most facts: no slower abstract-class checks
+    kind = type(value)
+    if kind in PLAIN_TYPES:  # most facts: no slower abstract-class checks
         reads.append((path, value))
         return value
+    if kind is dict:  # a section, a subject, a nested group (what the isinstance below would find)
+        return FactView(value, path, reads)
     if isinstance(value, Unavailable):
         reads.append((path, value))
         raise FactUnavailable(path, value)

@@ -61,6 +61,7 @@ CHECK_FACTS_TEXT = {
     "gpudoctor.engine.helpers.values",
     "gpudoctor.engine.helpers.versions",
     "gpudoctor.engine.loader",
+    "gpudoctor.engine.program",
     "gpudoctor.engine.rule",
     "gpudoctor.engine.rule_cache",
     "gpudoctor.engine.runner",

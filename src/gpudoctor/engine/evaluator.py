@@ -1,8 +1,15 @@
-"""Evaluating checked rule expressions: simpleeval, narrowed and bounded, with work shared in a run.
+"""Evaluating checked rule expressions: narrowed and bounded, with work shared in a run.
 
 Expressions are parsed by the standard library's ``ast`` and checked at load (engine.expressions);
-here they are evaluated by the ``simpleeval`` library (no eval/exec anywhere), with attribute
-access only on fact views and every value built bounded (engine.bounds).
+here the checked tree is run by an interpreter of gpudoctor's own, in the way simpleeval's
+evaluator ran it (same order, same operator functions, same checks, same exceptions), with
+attribute access only on fact views and every value built bounded (engine.bounds). Its dispatch
+is done once per expression instead of once per node evaluated: the first evaluation turns the
+tree into a program (engine.program), one Python closure per node that calls its children's
+closures directly. No text is generated and nothing is compiled by Python: no eval, exec or
+compile anywhere (docs/architecture.md, "Rule expressions", says why this is as safe as before).
+simpleeval still provides the operator functions, the function table and its check of every
+value for modules and forbidden functions.
 
 Within one run of the rules (a :class:`RunCache`), what does not depend on the subject is worked
 out once: a sub-expression that does not name the subject variable (``gpu``, ``node``, ``nic``),
@@ -24,14 +31,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from packaging.version import Version
 from simpleeval import (
-    DEFAULT_OPERATORS,
+    DISALLOW_FUNCTIONS,
     EvalWithCompoundTypes,
     FeatureNotAvailable,
+    FunctionNotDefined,
     InvalidExpression,
+    SimpleEval,
 )
 
 from .bounds import MAX_VALUE_CELLS, check_int, too_big, value_cells
-from .views import PLAIN_TYPES, FactUnavailable, FactView, UnavailableSection
+from .program import NOTHING_TO_CHECK, OPERATORS, QUIET, REMEMBER_FROM, Step, compile_tree
+from .views import PLAIN_TYPES
 
 # The names a rule's subject is bound to: a sub-expression naming none of them is the same for
 # every subject of a run (see RunCache).
@@ -43,9 +53,6 @@ MEMO_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfE
 # How many nodes are evaluated between two looks at the clock.
 _DEADLINE_TICKS = 256
 
-# Nodes whose value is built by the evaluation, so measured (see _Evaluator.cells).
-_BUILDING = frozenset({ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Call})
-
 
 class DeadlineExceeded(Exception):
     """The run's deadline passed while a rule was evaluated: the runner reports it as unknown (timeout)."""
@@ -53,30 +60,12 @@ class DeadlineExceeded(Exception):
 # Not remembered when a sub-expression raises them: they depend on the moment, not on the facts.
 _NOT_REMEMBERED = (DeadlineExceeded, RecursionError, MemoryError)
 
-_SEQUENCES = (str, bytes, list, tuple)
-
-# Only values this large are remembered by an evaluation (see _Evaluator.cells).
-_REMEMBER_FROM = 64
-
-
-def _safe_mod(a: Any, b: Any) -> Any:
-    if isinstance(a, (str, bytes)):
-        # "%0999999999d" % 1 builds a gigabyte; messages use {placeholders} instead
-        raise InvalidExpression("%-formatting of strings is not allowed in rule expressions")
-    return a % b
-
-
 def _no_check(evaluator: Any, item: Any) -> None:
     pass
 
 # simpleeval's check of a value for modules and forbidden functions (1.0.5 and later; before,
 # it had none). _Evaluator calls it for every value a node gives (see _Evaluator._eval).
 _simpleeval_check: Callable[[Any, Any], None] = getattr(EvalWithCompoundTypes, "_check_disallowed_items", _no_check)
-
-OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
-
-OPERATORS[ast.Mod] = _safe_mod
-
 
 class _Discard(list):  # type: ignore[type-arg]
     """A reads list that keeps nothing: reads through the run's gpus list are no rule's evidence."""
@@ -149,25 +138,6 @@ def _visit_free(node: ast.AST, out: set[int]) -> bool:
         out.add(id(node))
     return dependent
 
-_HASHABLE = frozenset({bool, int, float, str, type(None)})
-
-
-def _call_key(name: str, args: Sequence[Any], run: RunCache) -> tuple[Any, ...] | None:
-    """Key of a helper call over a run-wide list with plain other arguments; None for other calls."""
-    key: list[Any] = [name]
-    shared = False
-    for arg in args:
-        kind = type(arg)
-        if kind in _HASHABLE:
-            key.append((kind, arg))
-        elif id(arg) in run.shared and run.shared[id(arg)] is arg:
-            key.append(("shared", id(arg)))
-            shared = True
-        else:
-            return None
-    return tuple(key) if shared else None
-
-
 def _detached(value: Any, run: RunCache) -> bool:
     """Can the value be handed to another rule's evaluation (it holds no fact view of this one)?"""
     kind = type(value)
@@ -182,20 +152,28 @@ def _detached(value: Any, run: RunCache) -> bool:
 
 
 class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
-    """simpleeval with attribute access limited to FactView objects, and every value it builds
-    (by an operator, a list or tuple display, a helper call) bounded by MAX_VALUE_CELLS."""
+    """The state of one evaluation, which the expression's program (engine.program) runs on:
+    the names, the run, the sizes measured so far, the deadline's ticks. It keeps simpleeval's
+    function table (and simpleeval's construction-time check of it) and simpleeval's check of
+    every value for modules and forbidden functions, narrowed and bounded: attribute access only
+    on FactView objects, and every value built (by an operator, a list or tuple display, a helper
+    call) bounded by MAX_VALUE_CELLS."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # id -> (value, size) of the large values built so far, so nothing is measured twice
         self._sizes: dict[int, tuple[Any, int]] = {}
-        # Whether the node being evaluated builds its value (facts and constants are not
-        # measured: they are bounded by the snapshot and the rule file they come from).
+        # Whether the node whose value is being checked built it (facts and constants are not
+        # measured: they are bounded by the snapshot and the rule file they come from); read by
+        # _check_disallowed_items, also where simpleeval's check calls it for each item.
         self._builds = False
         self.busy = False  # an evaluation is running (see _evaluator_for)
         self._run: RunCache | None = None  # the run this evaluation belongs to, if any
-        self._free: frozenset[int] = frozenset()  # nodes of the expression worth remembering
-        self._ticks = _DEADLINE_TICKS
+        self._free: frozenset[int] = _NOTHING  # nodes of the expression worth remembering
+        self._ticks = _NEVER
+        # The let: expression whose tree LetValue.get asks _eval for next (set by the Name step
+        # that found the LetValue; _eval checks that the tree is that expression's).
+        self._let: Expression | None = None
 
     def cells(self, value: Any) -> int:
         run = self._run
@@ -206,7 +184,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                     raise too_big(MAX_VALUE_CELLS)
                 return int(hit[1])
         size = value_cells(value, MAX_VALUE_CELLS, self._sizes)
-        if size >= _REMEMBER_FROM:
+        if size >= REMEMBER_FROM:
             self._sizes[id(value)] = (value, size)
         return size
 
@@ -214,7 +192,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
         # simpleeval (>= 1.0.5) walks every result in full, shared items once per place they
         # appear: a YAML alias bomb in a data table is 10**9 items to it. Measuring first stops early.
         kind = type(item)
-        if kind in _NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
+        if kind in NOTHING_TO_CHECK:  # most results: a bool, a fact view (nothing to measure either)
             return
         if self._builds:
             if kind is int:
@@ -228,35 +206,55 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             hit = run.known.get(id(item))
             if hit is not None and hit[0] is item:
                 return  # checked when the run first made it (the gpus list, a remembered result)
-        if isinstance(item, (list, tuple)) and len(item) >= _REMEMBER_FROM and set(map(type, item)) <= PLAIN_TYPES:
+        if isinstance(item, (list, tuple)) and len(item) >= REMEMBER_FROM and set(map(type, item)) <= PLAIN_TYPES:
             return  # nothing in a flat list of plain values can be a module or a function
         _simpleeval_check(self, item)
 
-    def _eval(self, node: ast.AST) -> Any:
-        run = self._run
-        if run is not None:
-            self._ticks -= 1
-            if self._ticks <= 0:
-                self._ticks = _DEADLINE_TICKS
-                run.check_deadline()
-            if id(node) in self._free:
-                return self._eval_remembered(node, run)
-        # = self._eval_node(node), without the call: this runs for every node evaluated
-        kind = type(node)
+    def _checked(self, item: Any, builds: bool) -> None:
+        """The check of a node's value (the steps skip it where its type alone says it passes)."""
         outer = self._builds
-        self._builds = kind in _BUILDING  # (children set and restore the flag before this node's check)
+        self._builds = builds
         try:
-            handler = self.nodes.get(kind)
-            if handler is None:
-                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
-            value = handler(node)
-            self._check_disallowed_items(value)  # measures what the node built (see cells)
+            self._check_disallowed_items(item)
         finally:
             self._builds = outer
+
+    def _read_name(self, node: ast.Name) -> Any:
+        """A name's value (a let: name's worked out where first read), checked: the Name step's
+        slow way, for what is not a fact view or a plain value."""
+        try:
+            value = self.names[node.id]
+        except KeyError:
+            value = SimpleEval._eval_name(self, node)  # simpleeval's: a function's name, or NameNotDefined
+        else:
+            if type(value) is LetValue:
+                self._let = value.expression
+                value = value.get(self)
+        if type(value) not in QUIET:
+            self._checked(value, False)
         return value
 
-    def _eval_remembered(self, node: ast.AST, run: RunCache) -> Any:
+    def _tick(self) -> None:
+        """_DEADLINE_TICKS more nodes were evaluated: a look at the clock."""
+        self._ticks = _DEADLINE_TICKS
+        run = self._run
+        if run is not None:
+            run.check_deadline()
+
+    def _eval(self, node: ast.AST) -> Any:
+        """The value of a checked tree: LetValue.get asks it for its let: expression's."""
+        let, self._let = self._let, None
+        if let is not None and let.tree is node:
+            program = let.program(self._free)
+        else:  # not a let: expression's tree (nothing asks for one): its program, made for this once
+            program = compile_tree(node, self._free)
+        return program(self)
+
+    def _remembered(self, node: ast.AST, body: Step) -> Any:
         """A node that names no subject variable: evaluated once per run, then replayed."""
+        run = self._run
+        if run is None:
+            return body(self)
         hit = run.nodes.get(id(node))
         if hit is not None and hit[0] is node:
             _, raised, value, reads = hit
@@ -267,7 +265,7 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             return value
         start = len(run.reads)
         try:
-            value = self._eval_node(node)
+            value = body(self)
         except _NOT_REMEMBERED:
             raise
         except Exception as exc:
@@ -279,68 +277,18 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
                 run.known[id(value)] = (value, self.cells(value))
         return value
 
-    def _eval_node(self, node: ast.AST) -> Any:
-        kind = type(node)
-        outer = self._builds
-        self._builds = kind in _BUILDING
+    def _plain_call(self, name: str, args: Sequence[Step]) -> Any:
+        """A helper call outside a run, or of a name the table lacks: simpleeval's way."""
         try:
-            handler = self.nodes.get(kind)
-            if handler is None:
-                raise FeatureNotAvailable(f"Sorry, {kind.__name__} is not available in this evaluator")
-            value = handler(node)
-            self._check_disallowed_items(value)
-        finally:
-            self._builds = outer
-        return value
+            func = self.functions[name]
+        except KeyError:
+            raise FunctionNotDefined(name, self.expr) from None
+        if func in DISALLOW_FUNCTIONS:
+            raise FeatureNotAvailable("This function is forbidden")
+        return func(*[arg(self) for arg in args])
 
-    def _eval_binop(self, node: ast.BinOp) -> Any:
-        left = self._eval(node.left)
-        right = self._eval(node.right)
-        op = type(node.op)
-        operator = self.operators.get(op)
-        if operator is None:
-            raise InvalidExpression(f"operator {op.__name__} is not allowed")
-        size = None
-        if op is ast.Mult and isinstance(left, _SEQUENCES) != isinstance(right, _SEQUENCES):
-            # A repetition is sized from its parts before it is built.
-            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-            if isinstance(count, int):
-                size = 1 + (self.cells(seq) - 1) * max(count, 0)  # one container, its items n times
-        elif op is ast.Add and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
-            size = self.cells(left) + self.cells(right) - 1
-        if size is not None and size > MAX_VALUE_CELLS:
-            raise too_big(MAX_VALUE_CELLS)
-        result = operator(left, right)
-        if size is not None:
-            if size >= _REMEMBER_FROM:
-                self._sizes[id(result)] = (result, size)
-        elif isinstance(result, int) and not isinstance(result, bool):
-            check_int(result)
-        elif isinstance(result, _SEQUENCES):
-            self.cells(result)
-        return result
-
-    def _eval_call(self, node: ast.Call) -> Any:
-        # available(fact): is the fact known? supported(fact): is it anything but "not supported
-        # here" (so a feature a GPU lacks, e.g. ECC on a GeForce card, is skipped, not unknown)?
-        # Both must see the fact unevaluated.
-        if isinstance(node.func, ast.Name) and node.func.id in ("available", "supported"):
-            try:
-                self._eval(node.args[0])
-            except FactUnavailable as exc:
-                if node.func.id == "available":
-                    return False
-                return exc.unavailable.reason != "not_supported"
-            return True
-        run = self._run
-        name = node.func.id if isinstance(node.func, ast.Name) else ""
-        func = self.functions.get(name) if name else None
-        if run is None or func is None or node.keywords:
-            return super()._eval_call(node)
-        args = [self._eval(arg) for arg in node.args]
-        key = _call_key(name, args, run)
-        if key is None:
-            return func(*args)
+    def _shared_call(self, key: tuple[Any, ...], func: Callable[..., Any], args: list[Any], run: RunCache) -> Any:
+        """A helper call over the run's gpus list with otherwise plain arguments: once per run."""
         hit = run.calls.get(key)
         if hit is not None:
             raised, value = hit
@@ -352,7 +300,11 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             if type(value) in (list, tuple):
                 # measured and checked once, here (a value too large is an error each time after)
                 size = self.cells(value)
-                _simpleeval_check(self, value)
+                outer, self._builds = self._builds, True
+                try:
+                    _simpleeval_check(self, value)
+                finally:
+                    self._builds = outer
                 run.known[id(value)] = (value, size)
         except _NOT_REMEMBERED:
             raise
@@ -360,21 +312,6 @@ class _Evaluator(EvalWithCompoundTypes):  # type: ignore[misc]
             run.calls[key] = (True, exc)
             raise
         run.calls[key] = (False, value)
-        return value
-
-    def _eval_attribute(self, node: ast.Attribute) -> Any:
-        base = self._eval(node.value)
-        if isinstance(base, FactView):
-            return base.child(node.attr)
-        raise InvalidExpression(f"attribute .{node.attr} is only allowed on facts")
-
-    def _eval_name(self, node: ast.Name) -> Any:
-        try:
-            value = self.names[node.id]
-        except KeyError:
-            return super()._eval_name(node)
-        if type(value) is LetValue:
-            return value.get(self)
         return value
 
 
@@ -436,6 +373,10 @@ class Expression:
     names: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
     # How deeply its tree nests, with the let: names it reads written out in place.
     depth: int = dataclasses.field(default=0, compare=False, repr=False)
+    # Its tree's programs (program.compile_tree), made on first use: without remembering (outside a run,
+    # or in a rule judged once) and remembering its free nodes in the run.
+    plain: Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
+    remembering: Step | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     def free_nodes(self) -> frozenset[int]:
         free = self.free
@@ -452,23 +393,50 @@ class Expression:
             object.__setattr__(self, "names", names)
         return names
 
+    def program(self, free: frozenset[int]) -> Step:
+        """The program of its tree that remembers the nodes in ``free`` (_NOTHING or free_nodes())."""
+        if not free:
+            step = self.plain
+            if step is None:
+                step = compile_tree(self.tree, _NOTHING)
+                object.__setattr__(self, "plain", step)
+            return step
+        if free is self.free:
+            step = self.remembering
+            if step is None:
+                step = compile_tree(self.tree, free)
+                object.__setattr__(self, "remembering", step)
+            return step
+        return compile_tree(self.tree, free)  # (nothing asks for another set)
+
     def evaluate(
         self, names: Mapping[str, Any], functions: Mapping[str, Callable[..., Any]], run: RunCache | None = None
     ) -> Any:
         """The expression's value; ``run``: what this run of the rules shares (see RunCache)."""
-        evaluator = _evaluator_for(functions)
-        if evaluator is None:  # in use further up this thread's stack: a fresh one
-            evaluator = _Evaluator(operators=OPERATORS, names={}, functions=dict(functions))
-        evaluator.names = dict(names)
+        cached = getattr(_LOCAL, "evaluator", None)  # (= _evaluator_for(functions), without the call)
+        if cached is not None and cached[0] is functions and not cached[1].busy:
+            evaluator: _Evaluator = cached[1]
+        else:
+            evaluator = _evaluator_for(functions) or _Evaluator(  # in use further up: a fresh one
+                operators=OPERATORS, names={}, functions=dict(functions)
+            )
+        # (read, never written: the caller's dict is not copied)
+        evaluator.names = names if type(names) is dict else dict(names)
+        evaluator.expr = self.source  # what simpleeval's errors quote
         evaluator._sizes = {}
         evaluator._builds = False
         evaluator._run = run
         if run is not None:
-            evaluator._free = self.free_nodes() if run.remember else _NOTHING
+            free = self.free_nodes() if run.remember else _NOTHING
             evaluator._ticks = run.ticks
+        else:
+            free = _NOTHING
+            evaluator._ticks = _NEVER
+        evaluator._free = free
+        program = (self.remembering if free else self.plain) or self.program(free)
         evaluator.busy = True
         try:
-            return evaluator.eval(self.source, previously_parsed=self.tree)
+            return program(evaluator)
         finally:
             evaluator.busy = False
             if run is not None:
@@ -488,5 +456,3 @@ def _evaluator_for(functions: Mapping[str, Callable[..., Any]]) -> _Evaluator | 
     evaluator: _Evaluator = cached[1]
     return None if evaluator.busy else evaluator
 
-# Results with nothing in them to measure or check (see _Evaluator._check_disallowed_items).
-_NOTHING_TO_CHECK = frozenset({bool, float, type(None), FactView, UnavailableSection})

@@ -36,14 +36,19 @@ class FactView:
 
     def child(self, name: str) -> Any:
         path = f"{self._path}.{name}" if self._path else name
-        if name not in self._data and self._path in self.OPEN_MAPS:
+        data = self._data
+        if name in data:
+            value = data[name]
+            if type(value) in PLAIN_TYPES:  # most facts (wrap's first case, without the call)
+                self._reads.append((path, value))
+                return value
+            return wrap(value, path, self._reads)
+        if self._path in self.OPEN_MAPS:
             self._reads.append((path, None))
             return None
-        if name not in self._data:
-            missing = Unavailable("not_found", "not in the facts (older snapshot or probe did not report it)")
-            self._reads.append((path, missing))
-            raise FactUnavailable(path, missing)
-        return wrap(self._data[name], path, self._reads)
+        missing = Unavailable("not_found", "not in the facts (older snapshot or probe did not report it)")
+        self._reads.append((path, missing))
+        raise FactUnavailable(path, missing)
 
     def get(self, name: str) -> Any:
         """For helper functions: like attribute access in an expression."""
@@ -60,9 +65,12 @@ def unrecorded(value: Any) -> Any:
 
 
 def wrap(value: Any, path: str, reads: list[tuple[str, Any]]) -> Any:
-    if type(value) in PLAIN_TYPES:  # most facts: no slower abstract-class checks
+    kind = type(value)
+    if kind in PLAIN_TYPES:  # most facts: no slower abstract-class checks
         reads.append((path, value))
         return value
+    if kind is dict:  # a section, a subject, a nested group (what the isinstance below would find)
+        return FactView(value, path, reads)
     if isinstance(value, Unavailable):
         reads.append((path, value))
         raise FactUnavailable(path, value)

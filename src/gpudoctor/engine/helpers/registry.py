@@ -69,7 +69,7 @@ BOUND = ("lookup", "flag_names", "available", "supported", "gpu_arch", "xids_of"
 FUNCTIONS: frozenset[str] = frozenset(STATIC) | frozenset(BOUND)
 
 # Evaluated by the evaluator itself, which must hand them the fact unevaluated
-# (evaluator._Evaluator._eval_call): their signatures and documentation, for the helpers reference.
+# (evaluator._make_call): their signatures and documentation, for the helpers reference.
 FORMS: dict[str, tuple[str, str]] = {
     "available": (
         "available(fact)",

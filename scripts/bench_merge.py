@@ -61,7 +61,7 @@ def write_reports(directory: Path, count: int) -> list[str]:
         name = f"node-{number + 1:06d}"
         _rename(report, name)
         path = directory / f"{name}.json"
-        path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         paths.append(str(path))
     return paths
 

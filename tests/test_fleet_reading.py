@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpudoctor.fleet import reading
 from gpudoctor.inputs import MAX_DEPTH, _walk_check
 from gpudoctor.schemas import _validator, load_schema
 from tests.conftest import REPO
+from tests.hardening.fuzzing import fuzz
 from tests.preflight.helpers import cli
 
 FLEET = REPO / "tests" / "fixtures" / "fleet"
@@ -311,3 +314,39 @@ def test_more_reports_than_a_merge_reads_are_refused(capsys, monkeypatch, tmp_pa
     assert code == 2 and out == "" and "more than 3 reports" in err
     code, out, err = cli(capsys, "report", "merge", *(str(tmp_path / f"r{n}.json") for n in range(4)))
     assert code == 2 and "more than 3 reports" in err
+
+
+def test_a_reading_process_that_dies_ends_the_merge_with_a_message_not_a_hang(tmp_path):
+    from gpudoctor.fleet.merge import PARALLEL_MIN
+
+    paths = _fleet_dir(tmp_path, PARALLEL_MIN)
+    script = (
+        "import os, sys\n"
+        "from gpudoctor.fleet import merge\n"
+        "def _read_chunk(items):\n"
+        "    os._exit(9)  # as the kernel's OOM killer would end it\n"
+        "merge._read_chunk = _read_chunk\n"
+        "try:\n"
+        "    merge.load_reports([(p, True) for p in sys.argv[1:]], jobs=2)\n"
+        "except merge.ReportError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    done = subprocess.run(
+        [sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0 and "ended before it was done" in done.stdout, done.stderr
+
+
+@fuzz(150)
+@given(st.data())
+def test_the_check_agrees_with_the_schema_on_several_changes_at_once(data: st.DataObject) -> None:
+    kind, base = copy.deepcopy(data.draw(st.sampled_from(BASES)))
+    places = list(_shapes(base))
+    for path, value in data.draw(st.lists(st.tuples(st.sampled_from(places), st.sampled_from(VALUES)), max_size=4)):
+        try:
+            parent = _at(base, path[:-1])
+            parent[path[-1]] = copy.deepcopy(value)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change took the place away
+    _agrees(base, kind, "several changes")

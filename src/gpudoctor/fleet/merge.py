@@ -2,7 +2,8 @@
 checks, how many nodes fail each check, and the same per GPU model.
 
 Inputs are gate reports (``gate --json``, schemas/gate-report.schema.json) and check reports
-(``check --format json``, schemas/report.schema.json), validated before use. Both carry the report
+(``check --format json``, schemas/report.schema.json), validated before use (fleet/reading.py;
+load_reports reads many in several processes). Both carry the report
 envelope (render/envelope.py): a node is named by its hostname and its GPUs by model from the
 envelope's GPU list. Reports of gpudoctor versions before the envelope are still read: a gate
 report's top-level ``hostname`` and ``gpus``, a check report's human host line (its first word,
@@ -14,9 +15,10 @@ where one of two has no time, the one later on the command line counts.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .reading import ReportError, read_report
 
@@ -257,13 +259,30 @@ def _read_chunk(items: list[tuple[str, bool]]) -> list[NodeResult | str]:
     """A reading process's share: each report's NodeResult in order, up to the first that is not
     one, whose message ends the list (the merge stops there: the reports after it are not read)."""
     out: list[NodeResult | str] = []
-    for path, follow in items:
-        try:
-            out.append(load_report(path, follow=follow))
-        except ReportError as exc:
-            out.append(str(exc))
-            break
+    with _collector_paused():
+        for path, follow in items:
+            try:
+                out.append(load_report(path, follow=follow))
+            except ReportError as exc:
+                out.append(str(exc))
+                break
     return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while reports are read: a parsed report is some 5000
+    containers, freed by reference counting (JSON holds no cycles), and the collections they
+    set off found nothing to free yet were a tenth of the time. As it was, after."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _reader_start() -> None:
@@ -287,25 +306,43 @@ def load_reports(items: Sequence[tuple[str, bool]], jobs: int = 1) -> list[NodeR
     one); ReportError for the first, in order, that is not a usable report. Each process reads
     one report at a time and sends back only what merge keeps (NodeResult), so memory is
     bounded by the processes' number, not the reports'."""
-    if jobs <= 1 or len(items) < PARALLEL_MIN or not _can_fork():
-        out = []
+    if jobs > 1 and len(items) >= PARALLEL_MIN and _can_fork():
+        chunks = [list(items[start : start + CHUNK]) for start in range(0, len(items), CHUNK)]
+        results = _read_in_processes(chunks, jobs)
+        if results is not None:
+            return results
+    out = []
+    with _collector_paused():
         for path, follow in items:
             out.append(load_report(path, follow=follow))
-        return out
+    return out
+
+
+def _read_in_processes(chunks: list[list[tuple[str, bool]]], jobs: int) -> list[NodeResult] | None:
+    """load_reports in ``jobs`` forked processes; None where they cannot be started (no
+    working semaphores, as in a container without /dev/shm; no more processes allowed), and
+    the caller reads the reports itself."""
     import multiprocessing
     import sys
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    chunks = [list(items[start : start + CHUNK]) for start in range(0, len(items), CHUNK)]
     for stream in (sys.stdout, sys.stderr):  # nothing buffered is copied into the processes
         stream.flush()
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("fork"), initializer=_reader_start
-    )
     try:
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("fork"),
+            initializer=_reader_start,
+        )
+    except (OSError, ImportError, NotImplementedError):
+        return None
+    try:
+        try:
+            shares = pool.map(_read_chunk, chunks)  # every chunk handed out, the processes started
+        except (OSError, ImportError, NotImplementedError):
+            return None
         results: list[NodeResult] = []
-        for chunk in pool.map(_read_chunk, chunks):
+        for chunk in shares:
             for item in chunk:
                 if isinstance(item, str):
                     raise ReportError(item)

@@ -55,9 +55,10 @@ def read_report(path: str, *, follow: bool = True) -> tuple[dict[str, Any], str]
 
 
 def _surrogate_escape(raw: bytes) -> bool:
-    """Whether the text may hold a \\uD... escape (a lone surrogate parse_json replaces). By the
-    backslashes (memchr), each escape stepped over whole, for the first 64 of them; a text of
-    more than that is searched for the escape outright, as parse_json does."""
+    """Whether the text may hold a \\uD... escape (a lone surrogate parse_json replaces): the
+    first 64 backslashes are looked at one by one (found by memchr; each one's escaped character
+    stepped over, so an escaped backslash does not start one), and a text with more of them is
+    searched for the escape outright, as parse_json does."""
     at = raw.find(b"\\")
     for _ in range(64):
         if at < 0:

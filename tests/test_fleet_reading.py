@@ -224,6 +224,20 @@ def test_a_surrogate_escape_is_read_the_old_way(tmp_path):
     assert reading._surrogate_escape(b'"\\\\ud800"' * 100)  # past 64: searched outright (as parse_json)
 
 
+def test_long_runs_of_digits_are_read_as_every_input_reads_them(tmp_path):
+    data = json.loads((FLEET / "node-01.json").read_text())
+    evidence = data["findings"][0]["evidence"][0]
+    path = tmp_path / "r.json"
+    for value, refused in ((10**39, False), ("9" * 41, False), (10**40, True), (-(10**40), True)):
+        evidence["value"] = value
+        path.write_text(json.dumps(data))
+        if refused:
+            with pytest.raises(reading.ReportError, match="an integer with 41 digits"):
+                reading.read_report(str(path))
+        else:
+            assert reading.read_report(str(path))[0]["findings"][0]["evidence"][0]["value"] == value
+
+
 @pytest.mark.parametrize(
     "text, needle",
     [

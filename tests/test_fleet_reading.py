@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudoctor.fleet import reading
+from gpudoctor.fleet import reading, report_check
 from gpudoctor.inputs import MAX_DEPTH, _walk_check
 from gpudoctor.schemas import _validator, load_schema
 from tests.conftest import REPO
@@ -91,7 +91,7 @@ def _at(data: Any, path: tuple[Any, ...]) -> Any:
 
 
 def _agrees(data: Any, kind: str, what: str) -> None:
-    assert reading.plain_report(data, kind) == reference(data, kind), what
+    assert report_check.plain_report(data, kind) == reference(data, kind), what
 
 
 def _try(base: dict[str, Any], kind: str, path: tuple[Any, ...], value: Any) -> None:
@@ -111,7 +111,7 @@ def _try(base: dict[str, Any], kind: str, path: tuple[Any, ...], value: Any) -> 
 
 def test_the_reports_merge_reads_pass_the_check():
     for kind, data in BASES:
-        assert reference(data, kind) and reading.plain_report(data, kind)
+        assert reference(data, kind) and report_check.plain_report(data, kind)
 
 
 @pytest.mark.parametrize("number", range(len(BASES)))
@@ -153,61 +153,61 @@ def test_the_check_names_what_the_schemas_name():
     def shape(node: dict[str, Any]) -> tuple[set[str], set[str]]:
         return set(node.get("required", [])), set(node["properties"])
 
-    assert shape(check) == (reading.CHECK_REQUIRED, reading.CHECK_FIELDS)
-    assert shape(gate) == (reading.GATE_REQUIRED, reading.GATE_FIELDS)
+    assert shape(check) == (report_check.CHECK_REQUIRED, report_check.CHECK_FIELDS)
+    assert shape(gate) == (report_check.GATE_REQUIRED, report_check.GATE_FIELDS)
     for schema in (check, gate):
         env = schema["properties"]["envelope"]
-        assert shape(env) == (reading.ENVELOPE_REQUIRED, reading.ENVELOPE_FIELDS)
-        assert shape(env["properties"]["host"])[1] == reading.ENVELOPE_HOST_FIELDS
-        assert shape(env["properties"]["gpus"]["items"])[1] == reading.ENVELOPE_GPU_FIELDS
-        assert shape(env["properties"]["versions"])[1] == reading.VERSIONS_FIELDS
-        assert env["properties"]["gpus"]["maxItems"] == reading.ENVELOPE_GPUS_MAX
+        assert shape(env) == (report_check.ENVELOPE_REQUIRED, report_check.ENVELOPE_FIELDS)
+        assert shape(env["properties"]["host"])[1] == report_check.ENVELOPE_HOST_FIELDS
+        assert shape(env["properties"]["gpus"]["items"])[1] == report_check.ENVELOPE_GPU_FIELDS
+        assert shape(env["properties"]["versions"])[1] == report_check.VERSIONS_FIELDS
+        assert env["properties"]["gpus"]["maxItems"] == report_check.ENVELOPE_GPUS_MAX
         profile = env["properties"]["profile"]
-        assert shape(profile)[1] == reading.PROFILE_FIELDS
+        assert shape(profile)[1] == report_check.PROFILE_FIELDS
         parts = profile["properties"]
-        assert shape(parts["host"])[1] == reading.PROFILE_HOST_FIELDS
-        assert shape(parts["gpus"]["items"])[1] == reading.PROFILE_GPU_FIELDS
-        assert shape(parts["nics"]["items"])[1] == reading.PROFILE_NIC_FIELDS
-        assert shape(parts["numa_nodes"]["items"])[1] == reading.PROFILE_NUMA_FIELDS
+        assert shape(parts["host"])[1] == report_check.PROFILE_HOST_FIELDS
+        assert shape(parts["gpus"]["items"])[1] == report_check.PROFILE_GPU_FIELDS
+        assert shape(parts["nics"]["items"])[1] == report_check.PROFILE_NIC_FIELDS
+        assert shape(parts["numa_nodes"]["items"])[1] == report_check.PROFILE_NUMA_FIELDS
         limits = (parts["gpus"]["maxItems"], parts["nics"]["maxItems"], parts["numa_nodes"]["maxItems"])
-        assert limits == (reading.PROFILE_GPUS_MAX, reading.PROFILE_NICS_MAX, reading.PROFILE_NUMA_MAX)
-        assert shape(schema["properties"]["gpus"]["items"])[1] == reading.GPU_ROW_FIELDS
+        assert limits == (report_check.PROFILE_GPUS_MAX, report_check.PROFILE_NICS_MAX, report_check.PROFILE_NUMA_MAX)
+        assert shape(schema["properties"]["gpus"]["items"])[1] == report_check.GPU_ROW_FIELDS
         finding = schema["properties"]["findings"]["items"]
         gated = schema is gate
         assert shape(finding) == (
-            reading.GATE_FINDING_REQUIRED if gated else reading.FINDING_REQUIRED,
-            reading.GATE_FINDING_FIELDS if gated else reading.FINDING_FIELDS,
+            report_check.GATE_FINDING_REQUIRED if gated else report_check.FINDING_REQUIRED,
+            report_check.GATE_FINDING_FIELDS if gated else report_check.FINDING_FIELDS,
         )
         props = finding["properties"]
-        assert set(props["severity"]["enum"]) == reading.SEVERITIES
-        assert set(props["status"]["enum"]) == reading.STATUSES
-        assert set(props["recommended_action"]["enum"]) == reading.ACTIONS
+        assert set(props["severity"]["enum"]) == report_check.SEVERITIES
+        assert set(props["status"]["enum"]) == report_check.STATUSES
+        assert set(props["recommended_action"]["enum"]) == report_check.ACTIONS
         refs = props["refs"]
-        assert (refs["maxItems"], refs["items"]["maxLength"]) == (reading.REFS_MAX, reading.REF_LONGEST)
-        assert shape(props["cause"]["anyOf"][1]) == (reading.CAUSE_REQUIRED, reading.CAUSE_FIELDS)
+        assert (refs["maxItems"], refs["items"]["maxLength"]) == (report_check.REFS_MAX, report_check.REF_LONGEST)
+        assert shape(props["cause"]["anyOf"][1]) == (report_check.CAUSE_REQUIRED, report_check.CAUSE_FIELDS)
         subject = props["subject"] if not gated else schema["$defs"]["subject"]
-        assert set(subject["properties"]) == reading.SUBJECT_FIELDS
-        assert set(subject["properties"]["kind"]["enum"]) == reading.SUBJECT_KINDS
+        assert set(subject["properties"]) == report_check.SUBJECT_FIELDS
+        assert set(subject["properties"]["kind"]["enum"]) == report_check.SUBJECT_KINDS
     props = check["properties"]
-    assert set(props["verdict"]["enum"]) == reading.CHECK_VERDICTS
-    assert tuple(props["exit_code"]["enum"]) == reading.CHECK_EXIT_CODES
-    assert set(props["summary"]["properties"]) == reading.CHECK_SUMMARY
+    assert set(props["verdict"]["enum"]) == report_check.CHECK_VERDICTS
+    assert tuple(props["exit_code"]["enum"]) == report_check.CHECK_EXIT_CODES
+    assert set(props["summary"]["properties"]) == report_check.CHECK_SUMMARY
     props = gate["properties"]
-    assert set(props["verdict"]["enum"]) == reading.GATE_VERDICTS
-    assert tuple(props["exit_code"]["enum"]) == reading.GATE_EXIT_CODES
-    assert set(props["summary"]["properties"]) == reading.GATE_SUMMARY
-    assert shape(props["policy"]) == (reading.POLICY_REQUIRED, reading.POLICY_FIELDS)
-    assert set(props["policy"]["properties"]["expect"]["properties"]) == reading.EXPECT_FIELDS
-    assert shape(props["blocking"]["items"])[1] == reading.BLOCKING_FIELDS
-    assert set(props["blocking"]["items"]["properties"]["status"]["enum"]) == reading.BLOCKING_STATUSES
-    assert shape(props["deep"]) == (reading.DEEP_REQUIRED, reading.DEEP_FIELDS)
-    assert shape(props["distributed"]) == (reading.DISTRIBUTED_REQUIRED, reading.DISTRIBUTED_FIELDS)
+    assert set(props["verdict"]["enum"]) == report_check.GATE_VERDICTS
+    assert tuple(props["exit_code"]["enum"]) == report_check.GATE_EXIT_CODES
+    assert set(props["summary"]["properties"]) == report_check.GATE_SUMMARY
+    assert shape(props["policy"]) == (report_check.POLICY_REQUIRED, report_check.POLICY_FIELDS)
+    assert set(props["policy"]["properties"]["expect"]["properties"]) == report_check.EXPECT_FIELDS
+    assert shape(props["blocking"]["items"])[1] == report_check.BLOCKING_FIELDS
+    assert set(props["blocking"]["items"]["properties"]["status"]["enum"]) == report_check.BLOCKING_STATUSES
+    assert shape(props["deep"]) == (report_check.DEEP_REQUIRED, report_check.DEEP_FIELDS)
+    assert shape(props["distributed"]) == (report_check.DISTRIBUTED_REQUIRED, report_check.DISTRIBUTED_FIELDS)
     localize = props["distributed"]["properties"]["localize"]["oneOf"][1]
-    assert shape(localize) == (reading.LOCALIZE_REQUIRED, reading.LOCALIZE_FIELDS)
-    assert set(localize["properties"]["status"]["enum"]) == reading.LOCALIZE_STATUSES
+    assert shape(localize) == (report_check.LOCALIZE_REQUIRED, report_check.LOCALIZE_FIELDS)
+    assert set(localize["properties"]["status"]["enum"]) == report_check.LOCALIZE_STATUSES
     node = localize["properties"]["nodes"]["items"]
-    assert shape(node) == (reading.LOCAL_NODE_FIELDS, reading.LOCAL_NODE_FIELDS)
-    assert shape(node["properties"]["pairs"]["items"]) == (reading.PAIR_FIELDS, reading.PAIR_FIELDS)
+    assert shape(node) == (report_check.LOCAL_NODE_FIELDS, report_check.LOCAL_NODE_FIELDS)
+    assert shape(node["properties"]["pairs"]["items"]) == (report_check.PAIR_FIELDS, report_check.PAIR_FIELDS)
 
 
 def test_a_surrogate_escape_is_read_the_old_way(tmp_path):

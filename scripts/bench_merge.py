@@ -8,10 +8,13 @@ the real H200 snapshot, two of them drifted) and the gate goldens (tests/golden/
 are gate reports), copied in turn until there are --reports of them, each under its own hostname
 (node-000001 ...) so every one counts. The command runs in a fresh interpreter each time, as a
 user runs it (`report merge --format json`, output to /dev/null); --profile adds a cProfile of
-one merge in this process, the 25 costliest functions by their own time. --src (repeatable)
-times the gpudoctor under each source tree instead of this checkout's, one after the other on
-the same reports. Not a test: timings on
-a shared machine vary; compare runs made one after the other, and ratios to the reference.
+one merge in this process (read in it alone), the 25 costliest functions by their own time.
+Each run's CPU time (user and system, its reading processes' too) is shown beside its wall
+time: on a loaded machine it moves far less. --src (repeatable)
+times the gpudoctor under each source tree instead of this checkout's, on the same reports, the
+trees in turn in each of the --repeat rounds. A tree of this version reads the reports in one
+process per CPU (report merge --jobs, its default). Not a test: timings on a shared machine
+vary; compare the trees of one run, and ratios to the reference.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,17 +65,23 @@ def write_reports(directory: Path, count: int) -> list[str]:
         name = f"node-{number + 1:06d}"
         _rename(report, name)
         path = directory / f"{name}.json"
-        path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         paths.append(str(path))
     return paths
 
 
-def timed(cmd: list[str], repeat: int, env: dict[str, str]) -> list[float]:
+def timed(cmd: list[str], repeat: int, env: dict[str, str], cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds of each of ``repeat`` runs; with ``cpu``, each run's CPU seconds (user and
+    system, its reading processes included) are added to it."""
     times = []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return times
 
 
@@ -93,14 +103,24 @@ def main() -> int:
     print(f"{args.reports} reports, {size / 1e6:.0f} MB of JSON")
     floor = statistics.median(timed([sys.executable, "-c", "pass"], 5, dict(os.environ)))
     print(f"python -c pass     {floor:8.3f} s")
-    for src in args.src or [str(REPO / "src")]:
+    trees = args.src or [str(REPO / "src")]
+    envs = []
+    for src in trees:
         env = dict(os.environ, PYTHONPATH=src)
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # timed as installed: compiled modules cached
         timed(cmd, 1, env)  # warm-up: page cache, pyc files
-        merge = timed(cmd, args.repeat, env)
-        median = statistics.median(merge)
-        print(f"report merge       {median:8.3f} s median of {len(merge)} (min {min(merge):.3f})  {src}")
+        envs.append(env)
+    merge: list[list[float]] = [[] for _ in trees]
+    cpu: list[list[float]] = [[] for _ in trees]
+    for _ in range(args.repeat):  # the trees in turn, so a change in the machine's load hits each
+        for number, env in enumerate(envs):
+            merge[number] += timed(cmd, 1, env, cpu[number])
+    for src, times, cpus in zip(trees, merge, cpu):
+        median = statistics.median(times)
+        print(f"report merge       {median:8.3f} s median of {len(times)} (min {min(times):.3f})  {src}")
         print(f"per report         {1000 * (median - floor) / args.reports:8.3f} ms")
+        used = statistics.median(cpus)
+        print(f"CPU, all processes {used:8.3f} s median ({1000 * used / args.reports:.3f} ms a report)")
     if args.profile:
         sys.path.insert(0, str(REPO / "src"))
         from gpudoctor.fleet.merge import merge as merge_reports

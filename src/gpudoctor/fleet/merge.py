@@ -2,7 +2,8 @@
 checks, how many nodes fail each check, and the same per GPU model.
 
 Inputs are gate reports (``gate --json``, schemas/gate-report.schema.json) and check reports
-(``check --format json``, schemas/report.schema.json), validated before use. Both carry the report
+(``check --format json``, schemas/report.schema.json), validated before use (fleet/reading.py;
+load_reports reads many in several processes). Both carry the report
 envelope (render/envelope.py): a node is named by its hostname and its GPUs by model from the
 envelope's GPU list. Reports of gpudoctor versions before the envelope are still read: a gate
 report's top-level ``hostname`` and ``gpus``, a check report's human host line (its first word,
@@ -14,18 +15,19 @@ where one of two has no time, the one later on the command line counts.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+from .reading import ReportError, read_report
+
+__all__ = ["Fleet", "NodeResult", "ReportError", "load_report", "merge", "node_result"]
 
 # "2× NVIDIA H200" in a check report's host line. The line comes from a report file (outside
 # input): the count starts only where a run of digits starts and is at most 6 digits, so a
 # line of 100 000 digits is one linear scan, not a quadratic one.
 _MODELS = re.compile(r"(?<!\d)(\d{1,6})× ([^,]+)")
-
-
-class ReportError(Exception):
-    """A file that is not a usable gpudoctor report (exit status 2)."""
 
 
 @dataclass
@@ -120,21 +122,16 @@ def _localized_line(found: dict[str, Any]) -> str:
     return f"gate --distributed over {len(found['nodes'])} nodes is no-go; {what}"
 
 
-def load_report(path: str) -> NodeResult:
-    from ..inputs import MAX_REPORT_BYTES, InputError, load_json_file
-    from ..schemas import validate
+def load_report(path: str, *, follow: bool = True) -> NodeResult:
+    """What merge reads of the report at ``path`` (fleet/reading.read_report: bounded, strict,
+    valid); ReportError naming the file when it is not one. ``follow=False``: a symbolic link is
+    refused, not followed (a file found in a directory)."""
+    data, kind = read_report(path, follow=follow)
+    return node_result(path, data, kind)
 
-    try:
-        data = load_json_file(path, MAX_REPORT_BYTES, "gpudoctor report")
-    except InputError as exc:
-        raise ReportError(str(exc)) from None
-    if not isinstance(data, dict) or "report_schema_version" not in data:
-        raise ReportError(f"{path}: not a gpudoctor report (no report_schema_version; a facts snapshot?)")
-    kind = "gate" if data.get("kind") == "gate" else "check"
-    problem = validate("gate-report" if kind == "gate" else "report", data)
-    if problem:
-        raise ReportError(f"{path}: not a valid gpudoctor {kind} report: {problem}")
 
+def node_result(path: str, data: dict[str, Any], kind: str) -> NodeResult:
+    """The NodeResult of a report that read_report has read and checked."""
     findings = data["findings"]
     failed: dict[str, list[str]] = {}
     unjudged: dict[str, list[str]] = {}
@@ -252,14 +249,123 @@ def _moment(stamp: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def merge(paths: Sequence[str]) -> Fleet:
+# Reports one process reads before it hands their results back (when several read them), and
+# the fewest reports for which starting processes is worth it.
+CHUNK = 32
+PARALLEL_MIN = 2 * CHUNK
+
+
+def _read_chunk(items: list[tuple[str, bool]]) -> list[NodeResult | str]:
+    """A reading process's share: each report's NodeResult in order, up to the first that is not
+    one, whose message ends the list (the merge stops there: the reports after it are not read)."""
+    out: list[NodeResult | str] = []
+    with _collector_paused():
+        for path, follow in items:
+            try:
+                out.append(load_report(path, follow=follow))
+            except ReportError as exc:
+                out.append(str(exc))
+                break
+    return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while reports are read: a parsed report is some 5000
+    containers, freed by reference counting (JSON holds no cycles), and the collections they
+    set off found nothing to free yet were a tenth of the time. As it was, after."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _reader_start() -> None:
+    """A reading process leaves Ctrl-C to the merge, which stops it (no traceback from each)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _can_fork() -> bool:
+    """Reading processes are forked (they start at once, with gpudoctor already imported), and
+    only from a process of one thread: a fork copies locks other threads may hold."""
+    import os
+    import threading
+
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def load_reports(items: Sequence[tuple[str, bool]], jobs: int = 1) -> list[NodeResult]:
+    """The NodeResult of each (path, follow) in order, read by ``jobs`` processes (one: this
+    one); ReportError for the first, in order, that is not a usable report. Each process reads
+    one report at a time and sends back only what merge keeps (NodeResult), so memory is
+    bounded by the processes' number, not the reports'."""
+    if jobs > 1 and len(items) >= PARALLEL_MIN and _can_fork():
+        chunks = [list(items[start : start + CHUNK]) for start in range(0, len(items), CHUNK)]
+        results = _read_in_processes(chunks, jobs)
+        if results is not None:
+            return results
+    out = []
+    with _collector_paused():
+        for path, follow in items:
+            out.append(load_report(path, follow=follow))
+    return out
+
+
+def _read_in_processes(chunks: list[list[tuple[str, bool]]], jobs: int) -> list[NodeResult] | None:
+    """load_reports in ``jobs`` forked processes; None where they cannot be started (no
+    working semaphores, as in a container without /dev/shm; no more processes allowed), and
+    the caller reads the reports itself."""
+    import multiprocessing
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered is copied into the processes
+        stream.flush()
+    try:
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(chunks)), mp_context=multiprocessing.get_context("fork"),
+            initializer=_reader_start,
+        )
+    except (OSError, ImportError, NotImplementedError):
+        return None
+    try:
+        try:
+            shares = pool.map(_read_chunk, chunks)  # every chunk handed out, the processes started
+        except (OSError, ImportError, NotImplementedError):
+            return None
+        results: list[NodeResult] = []
+        for chunk in shares:
+            for item in chunk:
+                if isinstance(item, str):
+                    raise ReportError(item)
+                results.append(item)
+        return results
+    except BrokenProcessPool:
+        raise ReportError(
+            "a process reading the reports ended before it was done (out of memory?); --jobs 1 reads them in one"
+        ) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def merge(paths: Sequence[str], *, jobs: int = 1, follow: Sequence[bool] | None = None) -> Fleet:
     """The fleet of the reports at `paths`. Of several reports of one node the newest counts, by
     the reports' own times (compared as instants, so offsets do not matter); where either of
-    two lacks a time, the one later on the command line counts."""
+    two lacks a time, the one later on the command line counts. ``jobs`` processes read them
+    (load_reports); where ``follow`` says False for a path (a file found in a directory), it is
+    not read through a symbolic link."""
     by_node: dict[str, NodeResult] = {}
     replaced: list[tuple[str, str, str]] = []
-    for path in paths:
-        result = load_report(path)
+    follows = [True] * len(paths) if follow is None else list(follow)
+    for result in load_reports(list(zip(paths, follows)), jobs):
         old = by_node.get(result.node)
         if old is not None:
             then, now = _moment(old.generated_at), _moment(result.generated_at)

@@ -458,3 +458,37 @@ def test_a_rule_file_s_rule_is_compiled_whole_at_load(tmp_path):
     raw = dict(good)
     rule = loader.compile_rule(raw, "r.yaml", {})
     assert set(rule.parts.done) == set(loader.COMPILED_FIELDS)
+
+
+def test_prepare_compiles_what_every_run_reads_first(tmp_path, monkeypatch):
+    # check compiles, while NVML's child may still be answering, each cached rule's applies (else
+    # its fail_if): what the run reads for every subject anyway; nothing else
+    from gpudoctor.engine.runner import prepare
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    load_rules(include_plugins=False)
+    ruleset = load_rules(include_plugins=False)
+    assert all(rule.parts.done == {} for rule in ruleset.rules)
+    assert prepare(ruleset.rules) == len(ruleset.rules)
+    for rule in ruleset.rules:
+        first = "applies" if "applies" in rule.raw else "fail_if"
+        assert set(rule.parts.done) == ({"applies"} if first == "applies" else {"applies", "fail_if"}), rule.id
+    assert prepare(ruleset.rules, deadline=0.0) == 0  # past its deadline: nothing
+
+
+def test_prepare_leaves_a_refused_text_to_the_run(tmp_path, monkeypatch):
+    from gpudoctor.engine.runner import prepare
+    from gpudoctor.findings import Severity
+
+    broken = Rule(
+        id="r", title="A rule", area="env", severity=Severity.INFO, subject="host", why="w", refs=("x",),
+        parts=_Refusing(),
+    )
+    assert prepare([broken]) == 1  # no exception: the run reports the rule when it reads the field
+
+
+class _Refusing:
+    """A rule's parts whose every field the checks refuse (and whose file is gone)."""
+
+    def get(self, name):
+        raise loader.RuleLoadError("r.yaml", 1, f"refused {name}")

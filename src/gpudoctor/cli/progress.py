@@ -86,11 +86,17 @@ class Progress:
 
 
 def finish_collection(
-    collection: Any, python: str | None, torch_import: bool, sample_s: float | None = None, enabled: bool = True
+    collection: Any,
+    python: str | None,
+    torch_import: bool,
+    sample_s: float | None = None,
+    enabled: bool = True,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Any:
-    """``collection.finish()`` (a probe run, see gpudoctor.probes) with a status line for its slow steps."""
+    """``collection.finish()`` (a probe run, see gpudoctor.probes) with a status line for its slow
+    steps; ``meanwhile``: see Collection.finish."""
     with Progress(enabled=enabled) as progress:
-        return collection.finish(on_step=steps(progress, python, torch_import, sample_s))
+        return collection.finish(on_step=steps(progress, python, torch_import, sample_s), meanwhile=meanwhile)
 
 
 def steps(progress: Progress, python: str | None, torch_import: bool, sample_s: float | None) -> Callable[[str], None]:

@@ -189,6 +189,23 @@ def _timeout_finding(rule: Rule, subject: Subject) -> Finding:
     return _engine_finding(rule, subject, Status.UNKNOWN, TIMEOUT_MESSAGE, TIMEOUT_DETAIL, TIMEOUT_CAUSE)
 
 
+def prepare(rules: Iterable[Rule], deadline: float | None = None) -> int:
+    """Compile, before the run, what every run of these rules reads first: each rule's applies, or
+    its fail_if where it has none (a rule from the rule cache compiles each field where first read:
+    rule._Parts). The run would compile the same, so nothing is compiled twice or in vain; `check`
+    does it while NVML's child may still be answering. Stops at ``deadline`` (time.monotonic());
+    a field its checks refuse is left for the run to report. How many rules it prepared."""
+    done = 0
+    for rule in rules:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        with contextlib.suppress(Exception):
+            if rule.applies is None:
+                rule.fail_if  # noqa: B018 - compiled where first read
+        done += 1
+    return done
+
+
 def _needs(compiled: Expression | Template) -> tuple[tuple[str, ...], bool]:
     """The facts sections an expression or template reads (in SECTIONS order), and whether it reads
     ``gpus`` (found while it was compiled): only those are wrapped, most rules read one or two."""

@@ -102,9 +102,14 @@ class Collection:
             self.sections[name] = Unavailable("error", f"probe {name} crashed: {tb}")
             self.meta_probes[name] = {"status": "crashed", "duration_s": round(time.monotonic() - t0, 4), "error": tb}
 
-    def finish(self, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    def finish(
+        self, on_step: Callable[[str], None] | None = None, meanwhile: Callable[[], object] | None = None
+    ) -> dict[str, Any]:
         """The snapshot. ``on_step(name)`` is called as each step starts (a probe's name, "nvml",
-        then "counter_rates" with --sample), so that the CLI can say what a slow run waits on."""
+        then "counter_rates" with --sample), so that the CLI can say what a slow run waits on.
+        ``meanwhile()`` is the caller's own work, done after the other probes and before NVML's
+        child is waited for (which may still be answering): `check` compiles its rules' first
+        conditions there. Whatever it raises is ignored; it is the caller's, not a probe's."""
         step = on_step or (lambda _name: None)
         # NVML is collected last: its child has been running since the start, so every other
         # probe (torch's interpreter too, when one is started) overlaps its latency, and its own
@@ -114,6 +119,11 @@ class Collection:
                 self.rdma_read_at = time.monotonic()
             step(name)
             self._run(name, collect, bounded=name in FILE_ONLY)
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception:  # noqa: BLE001, S110 - see the docstring
+                pass
         if self._nvml is not None:
             step("nvml")
             self._finish_nvml()

@@ -1,8 +1,9 @@
 """Rule expressions: the checked language, refused at load when outside it.
 
 Conditions and message placeholders are Python-syntax expressions parsed by the standard
-library's ``ast`` and evaluated by simpleeval (engine.evaluator). On top of simpleeval,
-gpudoctor narrows the language at load time:
+library's ``ast`` and evaluated by gpudoctor's own interpreter of the checked tree (engine.evaluator
+and engine.program, with simpleeval's operators and value checks). The language is narrowed at
+load time:
 
 - only a small set of node types (no lambdas, comprehensions, walrus,
   ``**``, f-strings, keyword arguments, slices);

@@ -171,3 +171,14 @@ def test_reads_and_values_are_those_of_the_tree_in_order() -> None:
     expr = compile_expression(source, ROOTS)
     assert expr.evaluate(names(reads), FUNCS) == (4, -16, 2)
     assert reads == [("gpu.index", 0), ("host.cpu_count", 4), ("gpu.pcie_max_width", 16)]
+
+
+def test_the_programs_know_only_the_operators_the_checker_allows():
+    # a hand-built tree (no loader makes one) meets no **, <<, >>, ^ or ~ either
+    import ast as _ast
+
+    from gpudoctor.engine.expressions import ALLOWED_NODES
+    from gpudoctor.engine.program import OPERATORS
+
+    assert set(OPERATORS) <= set(ALLOWED_NODES)
+    assert not {_ast.Pow, _ast.LShift, _ast.RShift, _ast.BitXor, _ast.Invert} & set(OPERATORS)

@@ -537,3 +537,95 @@ def test_a_table_number_no_rule_file_can_hold_is_a_miss(tmp_path: Path, monkeypa
     assert_cache_is_not_used(monkeypatch, pack)
     entry.write_text(text.replace('"big":12345', '"big":-' + "9" * 40))  # as long as a rule file may have
     assert_cache_is_used(monkeypatch, pack)
+
+
+LET_RULES = """\
+- id: let-one
+  title: A let check
+  area: env
+  severity: warning
+  let:
+    flag: host.env.FLAG
+  fail_if: flag == "1"
+  message: "FLAG is {flag}"
+  fix: unset FLAG
+  why: because it is a test
+  refs: [test]
+- id: let-two
+  title: Another let check
+  area: env
+  severity: warning
+  let:
+    flag: host.env.FLAG
+  fail_if: flag == "1"
+  message: "FLAG is {flag}"
+  fix: unset FLAG
+  why: because it is a test
+  refs: [test]
+"""
+
+
+def test_cached_rules_sharing_a_text_that_reads_a_let_name_each_bind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the second rule's fail_if and message are the first's, compiled once: its let: names must
+    # still be compiled and bound for it
+    from gpudoctor.engine.runner import run_rules
+
+    pack = make_pack(tmp_path, LET_RULES)
+    use_cache(monkeypatch, tmp_path / "cache")
+    facts = {"host": {"env": {"FLAG": "1"}}}
+    from_files = [(f.rule_id, f.status, f.message) for f in run_rules(load(pack), facts)]
+    cached = load(pack)
+    assert all(rule.parts.done == {} for rule in cached.rules), "the second load came from the cache"
+    assert [(f.rule_id, f.status, f.message) for f in run_rules(cached, facts)] == from_files
+    assert [status.value for _, status, _ in from_files] == ["fail", "fail"]
+
+
+def test_after_a_refused_field_every_field_is_the_file_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a field read from the entry before another is refused is not kept: from then on the rule's
+    # fields are the file's, the one read first included
+    from gpudoctor.engine.runner import run_rules
+    from gpudoctor.findings import Status
+
+    def edit(data: dict[str, Any]) -> None:
+        _set("fail_if", 'host.env.OTHER == "1"')(data)  # a text the checks accept
+        _set("message", "{host.__class__}")(data)  # one they refuse
+
+    _, pack, _ = _tamper(tmp_path, monkeypatch, edit)
+    ruleset = load(pack)
+    facts = {"host": {"env": {"FLAG": "0", "OTHER": "1"}}}
+    run_rules(ruleset, facts)  # the entry's fail_if fails, its message is refused: the file's rule
+    rule = ruleset.by_id("cached-check")
+    assert rule is not None and rule.fail_if.source == 'host.env.FLAG == "1"'
+    findings = run_rules(ruleset, facts)
+    assert [(f.rule_id, f.status) for f in findings] == [("cached-check", Status.PASS), ("table-check", Status.PASS)]
+
+
+def test_rules_show_of_a_cached_rule_its_file_no_longer_defines_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    pack = make_pack(tmp_path)
+    env = {**os.environ, "GPUDOCTOR_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
+    env.pop("GPUDOCTOR_NO_CACHE", None)
+
+    def show(rule_id: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "rules", "show", rule_id, "--rules", str(pack)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+
+    assert show("cached-check").returncode == 0  # fills the cache (the built-in rules and the pack)
+    (entry,) = entries(cache)
+    document = json.loads(entry.read_text())
+    _set("fail_if", "host.__class__ == 1")(document["data"])
+    _set("id", "other-id")(document["data"])
+    entry.write_text(json.dumps(document))
+    done = show("other-id")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "bad rule file" in done.stderr and "other-id" in done.stderr

@@ -96,6 +96,12 @@ def run(argv: Sequence[str] | None = None, command: click.Command | None = None,
 
         stop = stop_in(exc)
         if stop is None:
+            rule_error = sys.modules.get("gpudoctor.engine.rule")
+            if rule_error is not None and isinstance(exc, rule_error.RuleLoadError):
+                # a cached rule read where first needed (engine.rule._Parts) whose file no longer
+                # defines it as the cache did (edited, removed, or the entry tampered with)
+                say(f"gpudoctor: bad rule file: {printable(str(exc))}")
+                return 2
             raise
         code = getattr(stop, "code", None)
         return code if isinstance(code, int) else 130

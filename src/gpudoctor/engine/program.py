@@ -39,7 +39,17 @@ def _safe_mod(a: Any, b: Any) -> Any:
     return a % b
 
 
-OPERATORS: dict[Any, Any] = dict(DEFAULT_OPERATORS)
+# simpleeval's operator functions for the operators the checked language has (engine.expressions'
+# ALLOWED_NODES): not **, <<, >>, ^ or ~, which the checker refuses, so a tree built by hand meets
+# none of them either.
+OPERATORS: dict[Any, Any] = {
+    op: DEFAULT_OPERATORS[op]
+    for op in (
+        ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.BitAnd, ast.BitOr, ast.USub, ast.UAdd, ast.Not,
+        ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot,
+    )
+    if op in DEFAULT_OPERATORS
+}
 
 OPERATORS[ast.Mod] = _safe_mod
 

@@ -44,8 +44,10 @@ class _Compiled(Generic[_T]):
     def __get__(self, rule: Any, owner: type | None = None) -> _T:
         if rule is None:
             return self  # type: ignore[return-value]
-        value: _T = rule.parts.get(self.name)
-        rule.__dict__[self.name] = value  # a frozen dataclass refuses setattr, not its own __dict__
+        parts = rule.parts
+        value: _T = parts.get(self.name)
+        if parts.fallback is None:  # final: no refused field can make the file's replace it
+            rule.__dict__[self.name] = value  # a frozen dataclass refuses setattr, not its own __dict__
         return value
 
 
@@ -218,6 +220,10 @@ def _rule(raw: Any, path: str, parts: _Parts) -> Rule:
     )
 
 
+def _refuse(exc: RuleLoadError) -> _Parts:
+    raise exc
+
+
 class _Parts:
     """A rule's expressions and templates (COMPILED_FIELDS), compiled from its mapping with the
     checks of compile_expression and compile_template (syntax and node types, fact paths, helper
@@ -230,7 +236,8 @@ class _Parts:
     nor its fix. Nothing is evaluated that was not checked first. A field of a cache entry that
     the checks refuse (an entry someone edited) is never used: ``fallback`` then gives the rule as
     its file defines it (read and checked afresh), and from then on that rule's fields are the
-    file's.
+    file's (a rule keeps no field of its own while that may happen: _Compiled; a let: name already
+    bound for the subject being judged stays bound for that subject, checked like the rest).
 
     Compiled where first read, a field's text in which no let: name occurs (an ASCII text: see
     _memo_key) is compiled without the let: names, which are compiled only for a text that reads
@@ -269,9 +276,15 @@ class _Parts:
         try:
             value = self._compile(name)
         except RuleLoadError:
-            if self.fallback is None:
+            fallback = self.fallback
+            if fallback is None:
                 raise
-            self._adopt(self.fallback())
+            try:
+                other = fallback()
+            except RuleLoadError as exc:
+                self.fallback = functools.partial(_refuse, exc)  # said again, the file not read again
+                raise
+            self._adopt(other)
             return self.get(name)
         done[name] = value
         return value
@@ -326,6 +339,7 @@ class _Parts:
     def _expression(self, name: str, source: str) -> Expression:
         key, hit = self._seen("field e", source)
         if hit is not None:
+            self._lets_for(source)  # the let: names it reads, bound by the run (runner.bind)
             return hit  # type: ignore[no-any-return]
         try:
             compiled = self._field(source, self._lets_for(source))
@@ -339,6 +353,7 @@ class _Parts:
     def _template(self, name: str, source: str) -> Template:
         key, hit = self._seen("field t", source)
         if hit is not None:
+            self._lets_for(source)  # as for an expression
             return hit  # type: ignore[no-any-return]
         compiled = self._new_template(name, source)
         if key is not None:

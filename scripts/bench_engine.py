@@ -148,13 +148,10 @@ def child_env(cache: Path | None, src: Path = REPO / "src") -> dict[str, str]:
     return env
 
 
-CLOCK = ["wall"]  # --clock
-
-
-def run_cell(rules_dir: Path, snapshot: Path, cache: Path | None, src: Path) -> dict[str, Any]:
+def run_cell(rules_dir: Path, snapshot: Path, cache: Path | None, src: Path, clock: str = "wall") -> dict[str, Any]:
     t0 = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(rules_dir), str(snapshot), CLOCK[0]],
+        [sys.executable, "-c", CHILD, str(rules_dir), str(snapshot), clock],
         env=child_env(cache, src),
         capture_output=True,
         text=True,
@@ -217,7 +214,7 @@ def measure(
             caches = [work / f"cache-{count}-{i}" for i in range(len(srcs))]
             for src, cache in zip(srcs, caches):
                 cache.mkdir(mode=0o700)
-                run_cell(rules_dir, snapshots[gpu_counts[0]], cache, src)  # fills the cache
+                run_cell(rules_dir, snapshots[gpu_counts[0]], cache, src, args.clock)  # fills the cache
             for n in gpu_counts:
                 # about half the built-in rules judge each GPU: about rules x (GPUs / 2 + 1) evaluations
                 if count * (n / 2 + 1) > args.max_evals:
@@ -228,7 +225,7 @@ def measure(
                     for _ in range(repeat):
                         for i, src in enumerate(srcs):
                             where = caches[i] if mode == "warm" else None
-                            results[i].append(run_cell(rules_dir, snapshots[n], where, src))
+                            results[i].append(run_cell(rules_dir, snapshots[n], where, src, args.clock))
                     for i in range(len(srcs)):
                         best = {k: statistics.median(r[k] for r in results[i]) for k in STEPS}
                         best["findings"] = results[i][0]["findings"]
@@ -313,7 +310,6 @@ def main() -> int:
         "(default: this checkout's src/)",
     )
     args = parser.parse_args()
-    CLOCK[0] = args.clock
     srcs = args.src or [REPO / "src"]
     if len(srcs) > 2:
         parser.error("--src: at most two trees")

@@ -539,30 +539,20 @@ def test_a_table_number_no_rule_file_can_hold_is_a_miss(tmp_path: Path, monkeypa
     assert_cache_is_used(monkeypatch, pack)
 
 
-LET_RULES = """\
-- id: let-one
+LET_RULE = """\
+- id: {id}
   title: A let check
   area: env
   severity: warning
   let:
     flag: host.env.FLAG
   fail_if: flag == "1"
-  message: "FLAG is {flag}"
-  fix: unset FLAG
-  why: because it is a test
-  refs: [test]
-- id: let-two
-  title: Another let check
-  area: env
-  severity: warning
-  let:
-    flag: host.env.FLAG
-  fail_if: flag == "1"
-  message: "FLAG is {flag}"
+  message: "FLAG is {{flag}}"
   fix: unset FLAG
   why: because it is a test
   refs: [test]
 """
+LET_RULES = LET_RULE.format(id="let-one") + LET_RULE.format(id="let-two")  # the same texts in two rules
 
 
 def test_cached_rules_sharing_a_text_that_reads_a_let_name_each_bind_it(

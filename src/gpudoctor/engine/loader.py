@@ -20,7 +20,10 @@ from ..tables import builtin_rules_dir, load_tables
 from . import collector
 from .rule import COMPILED_FIELDS, Memo, Rule, RuleLoadError, RuleSet, _Parts, _rule, compile_rule
 
-__all__ = ["Rule", "RuleLoadError", "RuleSet", "compile_rule", "load_rules", "load_asked_rules", "RulesUnusable"]
+__all__ = [
+    "COMPILED_FIELDS", "Rule", "RuleLoadError", "RuleSet", "RulesUnusable",
+    "compile_rule", "load_asked_rules", "load_rules",
+]
 
 ENTRY_POINT_GROUP = "gpudoctor.rules"
 
@@ -225,10 +228,7 @@ def _from_file(rule_id: str, source: str, tables: dict[str, Any], cache_key: str
     rule_cache.forget(cache_key)
     for raw in _rule_mappings(Path(source)):
         if isinstance(raw, dict) and raw.get("id") == rule_id:
-            parts = _Parts(raw, source, tables, None)
-            for name in COMPILED_FIELDS:
-                parts.get(name)
-            return parts
+            return _Parts(raw, source, tables, None).compile_all()
     raise RuleLoadError(source, None, f"rule {rule_id} is no longer defined here")
 
 

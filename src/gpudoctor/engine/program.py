@@ -106,6 +106,11 @@ def compile_tree(node: ast.AST, free: frozenset[int]) -> Step:
     return step
 
 
+# Each step below begins with the same three lines, the deadline's tick (ev._ticks counted down,
+# ev._tick() at zero), written out rather than called: a call per node is what the programs exist
+# to save. Steps of one or two operands are kept apart from the general ones for the same reason.
+
+
 def _unavailable(what: str) -> Step:
     def step(ev: Any) -> Any:
         raise FeatureNotAvailable(f"Sorry, {what} is not available in this evaluator")

@@ -194,10 +194,7 @@ def compile_rule(raw: Any, path: str, tables: dict[str, Any], memo: Memo | None 
     """A rule file's rule, every expression and template checked now (a problem is a
     RuleLoadError naming the file and line); ``memo``: what this load has compiled so far (see
     _memoised), None to compile everything afresh."""
-    parts = _Parts(raw, path, tables, memo)
-    for name in COMPILED_FIELDS:
-        parts.get(name)
-    return _rule(raw, path, parts)
+    return _rule(raw, path, _Parts(raw, path, tables, memo).compile_all())
 
 
 def _rule(raw: Any, path: str, parts: _Parts) -> Rule:
@@ -289,10 +286,15 @@ class _Parts:
         done[name] = value
         return value
 
-    def _adopt(self, other: _Parts) -> None:
-        """Take every field from ``other`` (the rule compiled from its file), all compiled."""
+    def compile_all(self) -> _Parts:
+        """Every field compiled now (a rule file's rule: each problem found at load)."""
         for name in COMPILED_FIELDS:
-            other.get(name)
+            self.get(name)
+        return self
+
+    def _adopt(self, other: _Parts) -> None:
+        """Take every field from ``other`` (the rule compiled from its file)."""
+        other.compile_all()
         self.lets, self.done, self.fallback = other.lets, other.done, None
         self.raw, self.tables, self.memo = other.raw, other.tables, None
 

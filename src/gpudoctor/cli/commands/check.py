@@ -112,26 +112,25 @@ def command(
         if collection is not None:
             collection.abort()
         raise
+    rules = select(ruleset.rules, only, skip)
     if collection is None:
         facts = load_facts_file(str(facts_file))
         origin = str(facts_file)
     else:
         from ..progress import finish_collection
 
-        # -q asks for the problems only: no status line either
-        # while NVML's child may still be answering, compile what every run of the rules reads first
-        chosen = select(ruleset.rules, only, skip)
+        # -q asks for the problems only: no status line either; while NVML's child may still be
+        # answering, compile what every run of the rules reads first
         facts = finish_collection(
             collection,
             probe.python,
             probe.torch_import,
             sample_s,
             enabled=not quiet,
-            meanwhile=lambda: prepare(chosen, deadline),
+            meanwhile=lambda: prepare(rules, deadline),
         )
         origin = probe.origin
     facts = with_previous(facts, previous)
-    rules = select(ruleset.rules, only, skip)
     findings = run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline))
     if profile is not None:
         from ...fleet.profile import check as check_profile

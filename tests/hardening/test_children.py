@@ -421,6 +421,42 @@ def test_a_signal_while_a_child_starts_waits_until_it_is_registered() -> None:
     assert gone_within(int(pid), PROMPT)
 
 
+# A stop signal whose handler runs inside a weakref callback (importlib's module-lock callback,
+# a __del__): Python swallows what the handler raises there and prints a traceback.
+IN_A_CALLBACK = r'''
+import os, signal, sys, time, weakref
+from gpudoctor.children import stopping
+stopping.install_handlers()
+
+class Thing:
+    pass
+
+def callback(ref):
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # the handler runs in here, where its exception cannot escape
+        pass
+    print("callback ended", flush=True)
+
+try:
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing
+    print("after the callback", flush=True)
+    for _ in range(200):
+        time.sleep(0.01)
+    print("not stopped", flush=True)
+except SystemExit as exc:
+    print("stopped", exc.code, flush=True)
+'''
+
+
+def test_a_stop_inside_a_weakref_callback_still_stops_without_a_traceback() -> None:
+    done = subprocess.run([sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, env=env(), timeout=30)
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "stopped 130" and "not stopped" not in lines, done.stdout
+
+
 def interrupt_after(seconds: float) -> Any:
     """Raise KeyboardInterrupt in the main thread `seconds` from now, as Ctrl-C would."""
 

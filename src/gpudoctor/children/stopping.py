@@ -14,8 +14,8 @@
   between the fork and the registry. Without the handlers (gpudoctor used as a library), the
   readers still kill their child on every exception, KeyboardInterrupt included.
 
-Imports only the standard library (os, signal, sys; threading when a child is forgotten): the
-console entry imports it before anything else.
+Imports only the standard library (os, signal, sys, _thread; threading when a child is forgotten):
+the console entry imports it before anything else.
 """
 
 from __future__ import annotations
@@ -121,7 +121,14 @@ class Stopped(SystemExit):
 
 _received: list[int] = []  # stop signals handled, in order of arrival
 _held: list[int] = []  # arrived inside `with starting:`, to be acted on at its end
-_state = {"holding": 0, "quiet": False, "main": -1, "installed": False}
+_state: dict[str, Any] = {
+    "holding": 0,
+    "quiet": False,
+    "main": -1,
+    "installed": False,
+    "hook": None,  # sys.unraisablehook before install_handlers
+    "in_hook": False,  # inside _on_unraisable
+}
 
 
 def _on_signal(signo: int, frame: Any) -> None:
@@ -130,6 +137,9 @@ def _on_signal(signo: int, frame: Any) -> None:
     kill_all()
     _received.append(signo)
     if _state["quiet"]:
+        return
+    if _state["in_hook"]:  # the redelivered stop came back inside _on_unraisable: once more
+        _redeliver(signo)
         return
     if _state["holding"]:
         _held.append(signo)
@@ -153,6 +163,46 @@ def install_handlers() -> None:
         return
     _state["installed"] = True
     _state["main"] = _thread.get_ident()
+    _state["hook"] = sys.unraisablehook
+    sys.unraisablehook = _on_unraisable
+
+
+def _on_unraisable(unraisable: Any) -> None:
+    """A Stopped that Python had to swallow: the signal's handler ran inside a weakref callback,
+    a ``__del__`` or a finalizer (seen in importlib's module-lock callback), where an exception is
+    printed as "Exception ignored in ..." with a traceback and then dropped. Say nothing and
+    deliver the stop again, so that the handler raises it where the main flow can stop."""
+    exc = getattr(unraisable, "exc_value", None)
+    if isinstance(exc, Stopped) and os.getpid() == _OWNER:
+        _state["in_hook"] = True
+        try:
+            _redeliver(exc.signo)
+        finally:
+            _state["in_hook"] = False
+        return
+    previous = _state.get("hook") or sys.__unraisablehook__
+    previous(unraisable)
+
+
+def _redeliver(signo: int) -> None:
+    """Trip `signo` again from a new thread, so that the main thread's handler runs at a check for
+    signals after this hook has returned (tripping it here would run the handler inside the hook,
+    whose exception Python swallows too)."""
+    import _thread
+
+    def trip() -> None:
+        try:
+            _thread.interrupt_main(signal.Signals(signo))  # 3.10+: runs the handler, sends nothing
+        except TypeError:  # Python 3.9: interrupt_main() knows only SIGINT
+            try:
+                os.kill(os.getpid(), signo)
+            except OSError:
+                pass
+
+    try:
+        _thread.start_new_thread(trip, ())
+    except RuntimeError:  # no thread can be started: the stop is said on the way out (settle)
+        pass
 
 
 def stopped_by() -> int | None:

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "gpudoctor.escaping",
             "gpudoctor.lazy_re",
             "gpudoctor.frozen",
+            "gpudoctor.yaml_tree",
             "gpudoctor.model",
             "gpudoctor.tables",
         ),

@@ -369,7 +369,15 @@ def parse_yaml(text: str, origin: str) -> Any:
     if _LOADER is None:
         _LOADER = _loader_class()
     try:
-        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+        loader = _LOADER(text)  # what yaml.load does, with gpudoctor.yaml_tree's builder first
+        try:
+            node = loader.get_single_node()
+            data = None if node is None else _built(node, loader)
+            if data is not _slow():
+                return data  # within the size and depth limits: yaml_tree checked them
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or str(exc)
@@ -387,6 +395,22 @@ def parse_yaml(text: str, origin: str) -> Any:
     if too_big:
         raise InputError(origin, too_big)
     return data
+
+
+def _built(node: Any, loader: Any) -> Any:
+    """The document's value made by yaml_tree.build, or _slow() (PyYAML's constructor must)."""
+    import yaml
+
+    from . import yaml_tree
+
+    kinds = (yaml.ScalarNode, yaml.SequenceNode, yaml.MappingNode)
+    return yaml_tree.build(node, loader, kinds, (LineDict, LineList), clean_string, MAX_YAML_EXPANDED, MAX_DEPTH)
+
+
+def _slow() -> Any:
+    from .yaml_tree import SLOW
+
+    return SLOW
 
 
 def _expansion_problem(data: Any, limit: int, max_depth: int) -> str | None:

@@ -378,11 +378,23 @@ class ReportBudget:
         self.limit = MAX_REPORT_CHARS if limit is None else limit
         self.left = self.limit
         self.cut = 0  # findings whose text was dropped
+        # the subject and references last found within bounds, and what those references cost:
+        # one rule's findings share them (a GPU rule's subjects are shared by every GPU rule)
+        self._subject: Subject | None = None
+        self._refs: tuple[str, ...] = ()
+        self._refs_cost = 0
 
     def admit(self, finding: Finding) -> Finding:
         """The finding with every text bounded, or, once the budget is spent, with its text dropped."""
         f = finding
-        f.subject = bounded_subject(f.subject)
+        if f.subject is not self._subject:
+            subject = bounded_subject(f.subject)
+            if subject is f.subject:
+                self._subject = subject
+            f.subject = subject
+        refs = f.refs
+        if refs is not self._refs:
+            self._refs, self._refs_cost = refs, sum(map(len, refs))
         if len(f.title) > MAX_LABEL_CHARS:
             f.title = _bound(f.title, MAX_LABEL_CHARS)
         if f.cause is not None:
@@ -400,7 +412,7 @@ class ReportBudget:
             + len(f.fix)
             + len(f.detail)
             + len(f.docs)
-            + sum(len(ref) for ref in f.refs)
+            + self._refs_cost
             + len(f.subject.label)
             + evidence_cost
         )

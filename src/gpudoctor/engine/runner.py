@@ -142,7 +142,7 @@ def _engine_finding(
         evidence=evidence if evidence is not None else [],
         fix=fix,
         docs=_docs_of(rule),
-        refs=tuple(cut_text(ref, MAX_REF_CHARS) for ref in rule.refs[:MAX_REFS]),
+        refs=_bounded_refs(rule.refs),
         detail=detail,
         cause=cause,
         action=rule.action,
@@ -152,6 +152,12 @@ def _engine_finding(
 # what a finding repeats of its rule's references (a rule pack may list many, or long ones)
 MAX_REFS = 8
 MAX_REF_CHARS = 400
+
+
+@functools.lru_cache(maxsize=1024)
+def _bounded_refs(refs: tuple[str, ...]) -> tuple[str, ...]:
+    """A rule's references as its findings repeat them; one tuple per rule, not one per finding."""
+    return tuple(cut_text(ref, MAX_REF_CHARS) for ref in refs[:MAX_REFS])
 
 
 def _docs_of(rule: Rule) -> str:

@@ -9,7 +9,8 @@ printing one is cheap.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from simpleeval import IterableTooLong
 
@@ -73,7 +74,7 @@ def value_cells(value: Any, limit: int = MAX_VALUE_CELLS, known: Mapping[int, tu
             else:
                 total -= len(item)  # each item is counted when it is taken from the stack
                 stack.extend(item)
-        elif isinstance(item, Mapping) and not isinstance(item, FactView):
+        elif type(item) is dict or (isinstance(item, Mapping) and not isinstance(item, FactView)):
             total += 1
             stack.extend(item.keys())
             stack.extend(item.values())

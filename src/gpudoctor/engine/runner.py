@@ -212,6 +212,71 @@ def prepare(rules: Iterable[Rule], deadline: float | None = None) -> int:
     return done
 
 
+# What a run reads next, after each rule's first condition: in this order, each over every rule
+# (a failure's message and fix are rare and left to the run).
+_THEN = ("fail_if", "pass_message", "let")
+
+
+class Preparing:
+    """``check``'s work while NVML's child may still be answering (Collection.finish's
+    ``meanwhile``): called, it compiles each rule's first condition (prepare), then starts a
+    thread that compiles what the run reads next (_THEN) while the caller waits on the child, a
+    wait that holds no lock Python's threads share. :meth:`stop` (before the run) ends it after
+    the field it is on and waits for that, so the run alone touches the rules from then on. The
+    thread compiles only what a run compiles where it first reads it, under the same rule
+    (rule._Parts): nothing it does changes a finding, only when the compiling is done."""
+
+    def __init__(self, rules: list[Rule], deadline: float | None = None) -> None:
+        import threading
+
+        self.rules = rules
+        self.deadline = deadline
+        self.compiled = 0  # fields the thread compiled or found compiled
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._interval: float | None = None
+
+    def __call__(self) -> None:
+        import sys
+        import threading
+
+        prepare(self.rules, self.deadline)
+        self._interval = sys.getswitchinterval()
+        # the waiting thread gets the interpreter back within 0.5 ms of the child's answer
+        sys.setswitchinterval(min(self._interval, 0.0005))
+        thread = threading.Thread(target=self._rest, name="gpudoctor-prepare", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread can be started here: the run compiles it all
+            self._restore()
+            return
+        self._thread = thread
+
+    def _rest(self) -> None:
+        for name in _THEN:
+            for rule in self.rules:
+                if self._stop.is_set() or (self.deadline is not None and time.monotonic() > self.deadline):
+                    return
+                with contextlib.suppress(Exception):  # a refused field: the run reports it
+                    getattr(rule, name)
+                    self.compiled += 1
+
+    def stop(self) -> None:
+        """End the thread (it finishes the field it is on) and wait for it; idempotent."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(5.0)  # one field's compile: milliseconds; a bound all the same
+        self._restore()
+
+    def _restore(self) -> None:
+        import sys
+
+        if self._interval is not None:
+            sys.setswitchinterval(self._interval)
+            self._interval = None
+
+
 def _needs(compiled: Expression | Template) -> tuple[tuple[str, ...], bool]:
     """The facts sections an expression or template reads (in SECTIONS order), and whether it reads
     ``gpus`` (found while it was compiled): only those are wrapped, most rules read one or two."""

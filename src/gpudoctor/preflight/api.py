@@ -111,7 +111,14 @@ def run(
             origin = facts_file
         else:
             assert collection is not None
-            facts, collection = collection.finish(on_step=on_step), None
+            from ..engine.runner import Preparing
+
+            # while NVML's child may still be answering, compile what judging the rules reads
+            preparing = Preparing(ruleset.rules, deadline)
+            try:
+                facts, collection = collection.finish(on_step=on_step, meanwhile=preparing), None
+            finally:
+                preparing.stop()
             origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
     except BaseException:
         if collection is not None:

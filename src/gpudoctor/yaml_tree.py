@@ -8,9 +8,9 @@ floats, booleans and nulls) straight from the nodes, and checks on the way what
 inputs._expansion_problem checks after PyYAML: the document's size and depth. It takes only the
 plain case: a tree (no alias), scalar keys, no two keys equal, the tags str, int, float, bool,
 null, map and seq, nesting within the limit, size within the limit. Anything else (an alias, a
-merge key, a timestamp, a custom tag, a bad integer, a duplicate key) returns :data:`SLOW`, and
-the caller builds the document with PyYAML's constructor and checks it as before, so every
-refusal and its message stay those of that one path.
+merge key, a timestamp, a custom tag, a bad integer, a duplicate key, a scalar its tag refuses)
+returns :data:`SLOW`, and the caller builds the document with PyYAML's constructor and checks it
+as before, so every refusal and its message stay those of that one path.
 
 Imports nothing at import time; PyYAML's node classes are passed in by the caller.
 """
@@ -132,14 +132,9 @@ def build(
     inputs._expansion_problem, counted the same way (a string: 1 + len // 64 values)."""
     try:
         return _Builder(loader, kinds, make, clean, limit, max_depth).value(root, 0)[0]
-    except _Slow:
+    except Exception:  # noqa: BLE001 - _Slow, or a scalar its tag refuses: the slow path says
+        # what is wrong, in its own order (it checks a mapping's keys before its values)
         return SLOW
-    except (ValueError, TypeError, ArithmeticError, RecursionError):
-        return SLOW  # the slow path meets the same value and says what is wrong with it
-    except Exception as exc:  # a YAMLError (a ConstructorError of a scalar): the slow path says it
-        if type(exc).__module__.startswith("yaml"):
-            return SLOW
-        raise
 
 
 __all__ = ["SLOW", "build"]

@@ -185,22 +185,26 @@ def _on_unraisable(unraisable: Any) -> None:
 
 
 def _redeliver(signo: int) -> None:
-    """Trip `signo` again from a new thread, so that the main thread's handler runs at a check for
-    signals after this hook has returned (tripping it here would run the handler inside the hook,
-    whose exception Python swallows too)."""
+    """Send `signo` again to the main thread from a new thread, so that its handler runs after this
+    hook has returned (tripping it here would run the handler inside the hook, whose exception
+    Python swallows too). A real signal, not a flag: it also wakes a blocking call the main thread
+    may be in (a sleep, a write to a stalled pipe); once settle() has blocked the stop signals it
+    stays pending, and harmless."""
     import _thread
 
-    def trip() -> None:
+    main = int(_state["main"])
+
+    def send() -> None:
         try:
-            _thread.interrupt_main(signal.Signals(signo))  # 3.10+: runs the handler, sends nothing
-        except TypeError:  # Python 3.9: interrupt_main() knows only SIGINT
-            try:
+            if hasattr(signal, "pthread_kill") and main != -1:
+                signal.pthread_kill(main, signo)
+            else:
                 os.kill(os.getpid(), signo)
-            except OSError:
-                pass
+        except (OSError, ValueError):
+            pass
 
     try:
-        _thread.start_new_thread(trip, ())
+        _thread.start_new_thread(send, ())
     except RuntimeError:  # no thread can be started: the stop is said on the way out (settle)
         pass
 

@@ -493,34 +493,3 @@ class _Refusing:
     def get(self, name):
         raise loader.RuleLoadError("r.yaml", 1, f"refused {name}")
 
-
-def test_preparing_compiles_what_the_run_reads_next_and_changes_no_finding(tmp_path, monkeypatch):
-    # check's meanwhile: the first conditions at once, then in a thread (while NVML's child is
-    # waited for) each rule's fail_if, pass message and let: names; the run then finds them done
-    import sys
-
-    from gpudoctor.engine.runner import Preparing, run_rules
-    from gpudoctor.facts import load_snapshot
-
-    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    load_rules(include_plugins=False)
-    facts = load_snapshot(str(Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "h200-x2.json"))
-    plain = run_rules(load_rules(include_plugins=False), facts)
-    ruleset = load_rules(include_plugins=False)
-    interval = sys.getswitchinterval()
-    preparing = Preparing(ruleset.rules)
-    preparing()
-    thread = preparing._thread
-    assert thread is not None and sys.getswitchinterval() <= 0.0005
-    thread.join(30)  # it ends by itself once everything is compiled
-    preparing.stop()
-    assert sys.getswitchinterval() == interval and preparing._thread is None
-    assert preparing.compiled == 3 * len(ruleset.rules)
-    for rule in ruleset.rules:
-        assert {"fail_if", "pass_message", "let"} <= set(rule.parts.done), rule.id
-    assert [f.to_json() for f in run_rules(ruleset, facts)] == [f.to_json() for f in plain]
-    # stopped at once, or past its deadline: the thread ends, the run compiles the rest
-    late = Preparing(load_rules(include_plugins=False).rules, deadline=time.monotonic() - 1)
-    late()
-    late.stop()
-    assert late.compiled == 0 and sys.getswitchinterval() == interval

@@ -111,14 +111,13 @@ def run(
             origin = facts_file
         else:
             assert collection is not None
-            from ..engine.runner import Preparing
+            from ..engine.runner import prepare
 
-            # while NVML's child may still be answering, compile what judging the rules reads
-            preparing = Preparing(ruleset.rules, deadline)
-            try:
-                facts, collection = collection.finish(on_step=on_step, meanwhile=preparing), None
-            finally:
-                preparing.stop()
+            # while NVML's child may still be answering, compile what every run of the rules
+            # reads first (as check does)
+            rules = ruleset.rules
+            facts = collection.finish(on_step=on_step, meanwhile=lambda: prepare(rules, deadline))
+            collection = None
             origin = "live" if not (root or sysfs_root or procfs_root) else f"root {root or '/'}"
     except BaseException:
         if collection is not None:

@@ -99,7 +99,7 @@ def command(
     if not facts_file:
         collection = start_collect(probe, sample_s)
     try:
-        from ...engine.runner import Preparing, judging_deadline, run_rules, select, unknown_selectors
+        from ...engine.runner import judging_deadline, prepare, run_rules, select, unknown_selectors
         from ...findings import Report, Severity
 
         ruleset = load_ruleset(rule_dirs, builtin=not no_builtin_rules)
@@ -120,19 +120,15 @@ def command(
         from ..progress import finish_collection
 
         # -q asks for the problems only: no status line either; while NVML's child may still be
-        # answering, compile what the run of the rules reads (see Preparing)
-        preparing = Preparing(rules, deadline)
-        try:
-            facts = finish_collection(
-                collection,
-                probe.python,
-                probe.torch_import,
-                sample_s,
-                enabled=not quiet,
-                meanwhile=preparing,
-            )
-        finally:
-            preparing.stop()
+        # answering, compile what every run of the rules reads first
+        facts = finish_collection(
+            collection,
+            probe.python,
+            probe.torch_import,
+            sample_s,
+            enabled=not quiet,
+            meanwhile=lambda: prepare(rules, deadline),
+        )
         origin = probe.origin
     facts = with_previous(facts, previous)
     findings = run_rules(ruleset, facts, rules, deadline=judging_deadline(deadline))

@@ -391,10 +391,11 @@ def parse_yaml(text: str, origin: str) -> Any:
         raise InputError(origin, f"YAML error: {_one_line(str(exc))}") from None
     except RecursionError:
         raise InputError(origin, "YAML error: nested too deeply to read") from None
-    except (ValueError, TypeError, LookupError, AttributeError) as exc:
+    except (ValueError, TypeError, LookupError, AttributeError):
         # PyYAML's constructors on a value an explicit tag does not fit ("!!bool maybe", "!!int ''",
         # "!!set [1]", "!!timestamp x") raise these, not a YAMLError
-        raise InputError(origin, f"YAML error: a value its tag does not fit ({type(exc).__name__})") from None
+        problem = "a value does not fit its explicit tag (!!int, !!bool, !!set, ...)"
+        raise InputError(origin, f"YAML error: {problem}") from None
     too_big = _expansion_problem(data, MAX_YAML_EXPANDED, MAX_DEPTH)
     if too_big:
         raise InputError(origin, too_big)

@@ -17,7 +17,7 @@ from gpudoctor.engine.helpers.devices import (
     visible_devices_problem,
 )
 from gpudoctor.engine.helpers.registry import bind
-from gpudoctor.engine.helpers.values import env_set, filter_by
+from gpudoctor.engine.helpers.values import env_names, env_set, filter_by, shell_words
 from gpudoctor.engine.helpers.versions import arch_supported, local_version, missing_gfx, version, wheel_family
 from gpudoctor.engine.templates import compile_template
 from gpudoctor.engine.views import FactUnavailable, section_views, wrap
@@ -215,6 +215,16 @@ def test_filter_by_and_env_set():
         "COMPUTE_PROFILE=0",
         "CUDA_PROFILE=1",
     ]
+    assert env_names(env, ["CUDA_INJECTION64_PATH", "COMPUTE_PROFILE", "CUDA_PROFILE"]) == [
+        "COMPUTE_PROFILE",
+        "CUDA_PROFILE",
+    ]
+
+
+def test_shell_words_quotes_what_a_shell_would_read_otherwise():
+    assert shell_words(["unset", "CUDA_PROFILE", "COMPUTE_PROFILE"]) == "unset CUDA_PROFILE COMPUTE_PROFILE"
+    assert shell_words(["echo", "a b", "$(reboot)", "x;y", 3]) == "echo 'a b' '$(reboot)' 'x;y' 3"
+    assert shell_words([]) == ""
 
 
 def test_cuda_visible_count_stops_at_the_first_bad_entry():

@@ -56,6 +56,8 @@ STATIC: dict[str, Callable[..., Any]] = {
     "gpus_per_node": devices.gpus_per_node,
     "rdma_ports": devices.rdma_ports,
     "env_set": values.env_set,
+    "env_names": values.env_names,
+    "shell_words": values.shell_words,
     "os_support_problem": devices.os_support_problem,
     "round": values.bounded_round,
     "rising": rates.rising,

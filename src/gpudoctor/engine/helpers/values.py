@@ -122,6 +122,26 @@ def env_set(env: Any, names: Iterable[str]) -> list[str]:
     return out
 
 
+def env_names(env: Any, names: Iterable[str]) -> list[str]:
+    """The names of those that are set in env (host.env), in the order given.
+
+    Example: env_names(host.env, ["CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"]) → ["OMP_NUM_THREADS"]
+    """
+    return [str(name) for name in names if field_or_none(env, str(name)) is not None]
+
+
+def shell_words(items: Iterable[Any]) -> str:
+    """The items as the words of one shell command line, joined by spaces, each quoted where a
+    shell would read it otherwise (a fix names only what the facts hold, ready to paste).
+
+    Example: shell_words(["unset", "CUDA_PROFILE"]) → "unset CUDA_PROFILE"
+    Example: shell_words(["echo", "a b"]) → "echo 'a b'"
+    """
+    import shlex
+
+    return " ".join(shlex.quote(item if isinstance(item, str) else str(item)) for item in items)
+
+
 def bounded_round(number: Any, ndigits: Any = None) -> Any:
     """A number rounded to ndigits decimals (at most 30), or to a whole number without them.
 

@@ -130,14 +130,14 @@ def test_a_document_over_the_size_limit_is_refused_as_before(monkeypatch: pytest
 
 def test_the_plain_case_takes_the_builder(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = yaml_tree.build
+    real = yaml_tree.Builder.document
 
-    def counting(*args: Any) -> Any:
-        value = real(*args)
+    def counting(builder: yaml_tree.Builder, root: Any) -> Any:
+        value = real(builder, root)
         calls.append("slow" if value is yaml_tree.SLOW else "fast")
         return value
 
-    monkeypatch.setattr(yaml_tree, "build", counting)
+    monkeypatch.setattr(yaml_tree.Builder, "document", counting)
     data = parse_yaml("id: x\nfail_if: a == 1\ntags: [gpu, numa]\n", "r.yaml")
     assert calls == ["fast"]
     assert isinstance(data, LineDict) and isinstance(data["tags"], LineList) and data["tags"].item_lines == (3, 3)

@@ -369,11 +369,13 @@ def parse_yaml(text: str, origin: str) -> Any:
     if _LOADER is None:
         _LOADER = _loader_class()
     try:
+        from . import yaml_tree
+
         loader = _LOADER(text)  # what yaml.load does, with gpudoctor.yaml_tree's builder first
         try:
             node = loader.get_single_node()
             data = None if node is None else _built(node, loader)
-            if data is not _slow():
+            if data is not yaml_tree.SLOW:
                 return data  # within the size and depth limits: yaml_tree checked them
             data = loader.construct_document(node)
         finally:
@@ -403,19 +405,13 @@ def parse_yaml(text: str, origin: str) -> Any:
 
 
 def _built(node: Any, loader: Any) -> Any:
-    """The document's value made by yaml_tree.build, or _slow() (PyYAML's constructor must)."""
+    """The document's value made by yaml_tree.Builder, or yaml_tree.SLOW (PyYAML's constructor must)."""
     import yaml
 
-    from . import yaml_tree
+    from .yaml_tree import Builder
 
     kinds = (yaml.ScalarNode, yaml.SequenceNode, yaml.MappingNode)
-    return yaml_tree.build(node, loader, kinds, (LineDict, LineList), clean_string, MAX_YAML_EXPANDED, MAX_DEPTH)
-
-
-def _slow() -> Any:
-    from .yaml_tree import SLOW
-
-    return SLOW
+    return Builder(loader, kinds, (LineDict, LineList), clean_string, MAX_YAML_EXPANDED, MAX_DEPTH).document(node)
 
 
 def _expansion_problem(data: Any, limit: int, max_depth: int) -> str | None:

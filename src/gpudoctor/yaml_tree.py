@@ -2,7 +2,7 @@
 
 PyYAML's own constructor is written in Python and does much that gpudoctor's files never need:
 a generator per mapping for recursive documents, a table of constructed objects, merge keys,
-timestamps. For 10 000 rules it is two thirds of a cold load. :func:`build` makes the same values
+timestamps. For 10 000 rules it is two thirds of a cold load. :class:`Builder` makes the same values
 (gpudoctor.inputs' LineDict and LineList with their lines, strings cleaned, the same integers,
 floats, booleans and nulls) straight from the nodes, and checks on the way what
 inputs._expansion_problem checks after PyYAML: the document's size and depth. It takes only the
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-# build()'s answer when the document needs PyYAML's constructor.
+# Builder.document's answer when the document needs PyYAML's constructor.
 SLOW: Any = object()
 
 _TAG = "tag:yaml.org,2002:"
@@ -31,9 +31,15 @@ class _Slow(Exception):
     """The document leaves the plain case (see the module docstring)."""
 
 
-class _Builder:
-    """One document's build (a class, not nested functions: those would make a reference cycle
-    per document, for the collector to find)."""
+class Builder:
+    """One document's build: ``Builder(...).document(root)``.
+
+    ``loader``: the PyYAML loader that composed it (its construct_yaml_int, _float and _bool make
+    those scalars, as the slow path would). ``kinds``: yaml's ScalarNode, SequenceNode and
+    MappingNode. ``make``: the mapping and list classes (a ``line`` each; the list also
+    ``item_lines``). ``clean``: applied to every string. ``limit`` and ``max_depth``: those of
+    inputs._expansion_problem, counted the same way (a string: 1 + len // 64 values). A class, not
+    nested functions: those would make a reference cycle per document, for the collector to find."""
 
     def __init__(
         self,
@@ -53,6 +59,14 @@ class _Builder:
         self.limit = limit
         self.max_depth = max_depth
         self.seen: set[int] = set()  # every node met: one met twice is an alias (or a cycle)
+
+    def document(self, root: Any) -> Any:
+        """The value of the document whose root node is ``root``, or SLOW."""
+        try:
+            return self.value(root, 0)[0]
+        except Exception:  # noqa: BLE001 - _Slow, or a scalar its tag refuses: the slow path says
+            # what is wrong, in its own order (it checks a mapping's keys before its values)
+            return SLOW
 
     def scalar(self, node: Any) -> tuple[Any, int]:
         if type(node) is not self.scalar_kind:
@@ -114,27 +128,4 @@ class _Builder:
         return result, total
 
 
-def build(
-    root: Any,
-    loader: Any,
-    kinds: tuple[type, type, type],
-    make: tuple[type, type],
-    clean: Callable[[str], str],
-    limit: int,
-    max_depth: int,
-) -> Any:
-    """The value of the document whose root node is ``root``, or SLOW.
-
-    ``loader``: the PyYAML loader that composed it (its construct_yaml_int, _float and _bool make
-    those scalars, as the slow path would). ``kinds``: yaml's ScalarNode, SequenceNode and
-    MappingNode. ``make``: the mapping and list classes (a ``line`` each; the list also
-    ``item_lines``). ``clean``: applied to every string. ``limit`` and ``max_depth``: those of
-    inputs._expansion_problem, counted the same way (a string: 1 + len // 64 values)."""
-    try:
-        return _Builder(loader, kinds, make, clean, limit, max_depth).value(root, 0)[0]
-    except Exception:  # noqa: BLE001 - _Slow, or a scalar its tag refuses: the slow path says
-        # what is wrong, in its own order (it checks a mapping's keys before its values)
-        return SLOW
-
-
-__all__ = ["SLOW", "build"]
+__all__ = ["SLOW", "Builder"]

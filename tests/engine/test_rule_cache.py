@@ -492,4 +492,3 @@ class _Refusing:
 
     def get(self, name):
         raise loader.RuleLoadError("r.yaml", 1, f"refused {name}")
-

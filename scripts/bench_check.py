@@ -5,7 +5,10 @@
                                   [-- extra gpudoctor check args]
 
 References: `nvidia-smi -q` (where present: the driver's own full query), `python -c pass`
-(the interpreter's start-up floor) and, with --torch, `python -c "import torch"`.
+(the interpreter's start-up floor), `python -c "import click"` (that and the CLI framework
+gpudoctor is built on: a floor no click command can go under), where NVML answers `python -c
+"<NVML started, each GPU's handle and name read>"` (a floor for any Python that asks NVML: `check`
+needs its answers before it judges the GPUs) and, with --torch, `python -c "import torch"`.
 Timed for each tree: `gpudoctor check` (this machine: probes and rules), `gpudoctor probe -o
 /dev/null` (the probes alone) and, with --facts FILE, `gpudoctor check --facts FILE` (a saved
 snapshot judged: no probe; the mode to use on a machine without GPUs).
@@ -44,6 +47,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# The least a Python program asking NVML does: start it, then read each GPU's handle and name.
+NVML_FLOOR = (
+    "import pynvml as n; n.nvmlInit(); "
+    "[n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i)) for i in range(n.nvmlDeviceGetCount())]; "
+    "n.nvmlShutdown()"
+)
 
 
 def timed_once(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
@@ -89,7 +100,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-check-") as work:
         envs = [tree_env(src, Path(work) / f"cache-{i}") for i, src in enumerate(srcs)]
         commands: list[tuple[str, list[str], dict[str, str] | None]] = [
-            ("python -c pass", [sys.executable, "-c", "pass"], None)
+            ("python -c pass", [sys.executable, "-c", "pass"], None),
+            ("import click", [sys.executable, "-c", "import click"], None),
         ]
         gpudoctor = [sys.executable, "-m", "gpudoctor"]
         for label, env in zip(labels, envs):
@@ -101,6 +113,9 @@ def main() -> int:
             commands.append((f"probe{tag}", [*gpudoctor, "probe", "-o", os.devnull], env))
         if shutil.which("nvidia-smi"):
             commands.append(("nvidia-smi -q", ["nvidia-smi", "-q"], None))
+            nvml = [sys.executable, "-c", NVML_FLOOR]
+            if subprocess.run(nvml, capture_output=True, check=False).returncode == 0:  # pynvml and a GPU
+                commands.append(("python + NVML", nvml, None))
         for name, cmd, env in commands:  # warm-up: page cache, .pyc files, rule caches
             _, _, code = timed_once(cmd, env)
             if code >= 2 and name != "nvidia-smi -q" and not (name.startswith("check") and code == 3):
@@ -137,13 +152,20 @@ def main() -> int:
                 print(f"{name + ' B/A':<20} {wall:>9.2f} {least:>7.2f} {'':>7} {cpu:>7.2f}")
     last = f" {labels[-1]}" if labels[-1] else ""
     check = medians[f"check{last}"]
+    floor = medians["import click"]
     if "nvidia-smi -q" in medians:
-        ratio = check / medians["nvidia-smi -q"]
+        smi = medians["nvidia-smi -q"]
+        ratio = check / smi
         print(f"check{last} / nvidia-smi -q = {ratio:.2f} (target 1.15: {'meets' if ratio <= 1.15 else 'MISSES'})")
+        above = check - floor
+        print(f"floor: python + import click = {floor / smi:.2f} x nvidia-smi -q; check{last} above it: {above:.3f} s")
+        if "python + NVML" in medians:
+            print(f"floor: python + NVML started = {medians['python + NVML'] / smi:.2f} x nvidia-smi -q")
     if f"check --facts{last}" in medians:
         facts = medians[f"check --facts{last}"]
         print(f"check --facts{last}: {facts:.3f} s median (target 0.07 s: {'meets' if facts <= 0.07 else 'MISSES'})")
         print(f"check --facts{last} - python -c pass = {facts - medians['python -c pass']:.3f} s")
+        print(f"check --facts{last} - import click = {facts - floor:.3f} s")
     return 0
 
 

@@ -47,18 +47,18 @@ def _yaml() -> Any:
     return yaml
 
 
-def real_rules() -> list[dict[str, Any]]:
-    """The built-in rules `check` runs, in file order."""
+def real_rules(rules: Path = RULES) -> list[dict[str, Any]]:
+    """The built-in rules `check` runs (those in ``rules``), in file order."""
     out: list[dict[str, Any]] = []
-    for path in sorted(RULES.glob("*.yaml")):
+    for path in sorted(rules.glob("*.yaml")):
         out.extend(_yaml().safe_load(path.read_text(encoding="utf-8")) or [])
     return out
 
 
-def write_ruleset(directory: Path, count: int) -> None:
-    """``count`` rules made from the real ones (copy k's ids end in -sK) and the data tables."""
-    base = real_rules()
-    shutil.copytree(RULES / "data", directory / "data")
+def write_ruleset(directory: Path, count: int, rules: Path = RULES) -> None:
+    """``count`` rules made from the real ones in ``rules`` (copy k's ids end in -sK) and its data tables."""
+    base = real_rules(rules)
+    shutil.copytree(rules / "data", directory / "data")
     made = 0
     k = 0
     while made < count:
@@ -208,11 +208,14 @@ def measure(
             write_snapshot(snapshots[n], n)
         reference = floor(repeat)
         for count in rule_counts:
-            rules_dir = work / f"rules-{count}"
-            rules_dir.mkdir()
-            write_ruleset(rules_dir, count)
+            # one rule set for every tree, or (--own-rules) each tree's made from its own rules/
+            rules_dirs = [work / f"rules-{count}-{i}" for i in range(len(srcs) if args.own_rules else 1)]
+            for i, rules_dir in enumerate(rules_dirs):
+                rules_dir.mkdir()
+                write_ruleset(rules_dir, count, srcs[i].parent / "rules" if args.own_rules else RULES)
+            rules_of = [rules_dirs[i if args.own_rules else 0] for i in range(len(srcs))]
             caches = [work / f"cache-{count}-{i}" for i in range(len(srcs))]
-            for src, cache in zip(srcs, caches):
+            for src, cache, rules_dir in zip(srcs, caches, rules_of):
                 cache.mkdir(mode=0o700)
                 run_cell(rules_dir, snapshots[gpu_counts[0]], cache, src, args.clock)  # fills the cache
             for n in gpu_counts:
@@ -225,7 +228,7 @@ def measure(
                     for _ in range(repeat):
                         for i, src in enumerate(srcs):
                             where = caches[i] if mode == "warm" else None
-                            results[i].append(run_cell(rules_dir, snapshots[n], where, src, args.clock))
+                            results[i].append(run_cell(rules_of[i], snapshots[n], where, src, args.clock))
                     for i in range(len(srcs)):
                         best = {k: statistics.median(r[k] for r in results[i]) for k in STEPS}
                         best["findings"] = results[i][0]["findings"]
@@ -309,8 +312,16 @@ def main() -> int:
         help="a gpudoctor source tree (its src/ folder) to measure; twice: A and B interleaved, with B/A ratios "
         "(default: this checkout's src/)",
     )
+    parser.add_argument(
+        "--own-rules",
+        action="store_true",
+        help="make each tree's rule sets from the rules/ beside its src/ (a tree older than today's rules "
+        "cannot load them); B/A then compares the same cell as each tree defines it",
+    )
     args = parser.parse_args()
     srcs = args.src or [REPO / "src"]
+    if args.own_rules and not all((s.parent / "rules").is_dir() for s in srcs):
+        parser.error("--own-rules: each --src tree needs a rules/ folder beside its src/")
     if len(srcs) > 2:
         parser.error("--src: at most two trees")
     rule_counts = _ints(args.rules or ("100,1000" if args.quick else "100,1000,10000"))

@@ -13,7 +13,9 @@ Each run's CPU time (user and system, its reading processes' too) is shown besid
 time: on a loaded machine it moves far less. --src (repeatable)
 times the gpudoctor under each source tree instead of this checkout's, on the same reports, the
 trees in turn in each of the --repeat rounds. A tree of this version reads the reports in one
-process per CPU (report merge --jobs, its default). Not a test: timings on a shared machine
+process per CPU (report merge --jobs, its default). The floor beside it: the same files read
+and parsed by json.loads alone, in as many processes (at most 16, as merge's default), which
+no merge that reads every report can go under. Not a test: timings on a shared machine
 vary; compare the trees of one run, and ratios to the reference.
 """
 
@@ -70,6 +72,26 @@ def write_reports(directory: Path, count: int) -> list[str]:
     return paths
 
 
+# The floor: read every *.json file of a directory and json.loads it, in one process per CPU (at
+# most 16, as report merge's default), nothing else. argv: the directory.
+FLOOR = """
+import json, multiprocessing, os, sys
+def load(paths):
+    for path in paths:
+        with open(path, "rb") as f:
+            json.loads(f.read())
+    return len(paths)
+paths = sorted(os.path.join(sys.argv[1], n) for n in os.listdir(sys.argv[1]) if n.endswith(".json"))
+jobs = max(1, min(len(os.sched_getaffinity(0)), 16))
+chunks = [paths[i::jobs] for i in range(jobs)]
+if jobs == 1:
+    load(paths)
+else:
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        sum(pool.map(load, chunks))
+"""
+
+
 def timed(cmd: list[str], repeat: int, env: dict[str, str], cpu: list[float] | None = None) -> list[float]:
     """Wall seconds of each of ``repeat`` runs; with ``cpu``, each run's CPU seconds (user and
     system, its reading processes included) are added to it."""
@@ -103,6 +125,8 @@ def main() -> int:
     print(f"{args.reports} reports, {size / 1e6:.0f} MB of JSON")
     floor = statistics.median(timed([sys.executable, "-c", "pass"], 5, dict(os.environ)))
     print(f"python -c pass     {floor:8.3f} s")
+    parsed = statistics.median(timed([sys.executable, "-c", FLOOR, str(directory)], args.repeat, dict(os.environ)))
+    print(f"json.loads alone   {parsed:8.3f} s (every report read and parsed, one process per CPU up to 16)")
     trees = args.src or [str(REPO / "src")]
     envs = []
     for src in trees:

@@ -380,6 +380,18 @@ def test_the_key_hash_is_sha256():
     assert h.digest() == hashlib.sha256(b"abc").digest()
 
 
+def test_past_a_mebibyte_hashed_the_key_hash_is_openssls_and_still_sha256(monkeypatch):
+    import hashlib
+
+    monkeypatch.setattr(rule_cache, "_SHA256", None)
+    monkeypatch.setattr(rule_cache, "_hashed", 0)
+    small = rule_cache._sha256(b"abc").hexdigest()
+    big = b"x" * (rule_cache.BUILTIN_HASH_BYTES + 1)
+    assert rule_cache._sha256(big).hexdigest() == hashlib.sha256(big).hexdigest()
+    assert rule_cache._SHA256 is hashlib.sha256  # a large rule set is hashed by OpenSSL
+    assert small == rule_cache._sha256(b"abc").hexdigest() == hashlib.sha256(b"abc").hexdigest()
+
+
 def test_a_table_helper_spelled_with_other_characters_is_still_checked():
     # The table check skips expressions whose text names no table helper; Python reads the
     # fullwidth "ｌookup" as lookup, so a text that is not ASCII is always walked.

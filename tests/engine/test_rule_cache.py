@@ -385,6 +385,7 @@ def test_past_a_mebibyte_hashed_the_key_hash_is_openssls_and_still_sha256(monkey
 
     monkeypatch.setattr(rule_cache, "_SHA256", None)
     monkeypatch.setattr(rule_cache, "_hashed", 0)
+    monkeypatch.setattr(rule_cache, "_openssl", False)
     small = rule_cache._sha256(b"abc").hexdigest()
     big = b"x" * (rule_cache.BUILTIN_HASH_BYTES + 1)
     assert rule_cache._sha256(big).hexdigest() == hashlib.sha256(big).hexdigest()

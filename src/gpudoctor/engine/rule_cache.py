@@ -125,10 +125,12 @@ def _sha256(data: bytes = b"") -> Any:
     220 KB). Past BUILTIN_HASH_BYTES hashed in this process OpenSSL's is used, which is several
     times faster where the CPU has SHA instructions (17 MB of rule files: 53 ms built in, 15 ms
     with OpenSSL on the development VM): the two are the same SHA-256, the digests identical."""
-    global _SHA256, _hashed
+    global _SHA256, _hashed, _openssl
     _hashed += len(data)
-    if _SHA256 is None or (_hashed > BUILTIN_HASH_BYTES and _SHA256 is not _openssl_sha256()):
-        _SHA256 = _builtin_sha256() if _hashed <= BUILTIN_HASH_BYTES else _openssl_sha256()
+    if not _openssl and _hashed > BUILTIN_HASH_BYTES:
+        _SHA256, _openssl = _openssl_sha256(), True
+    elif _SHA256 is None:
+        _SHA256 = _builtin_sha256()
     return _SHA256(data)
 
 
@@ -152,6 +154,7 @@ def _openssl_sha256() -> Any:
 BUILTIN_HASH_BYTES = 1 << 20
 _SHA256: Any = None
 _hashed = 0
+_openssl = False  # _SHA256 is hashlib's (OpenSSL's) for the rest of the process
 
 
 def _feed(h: Any, *parts: bytes) -> None:

@@ -108,3 +108,35 @@ def test_a_slow_node_that_also_drifts_says_so_and_names_are_escaped(tmp_path, ca
     assert "node-12  slow in the gate --distributed of node-01" in text
     assert "it also differs on GPU 1 pcie_width" in " ".join(text.split())
     assert "node-02 – node-\\x1b[2Jx  slow pair (the link between them)" in text and "\x1b" not in text
+
+
+def test_numa_memory_within_its_tolerance_is_not_drift_and_beyond_it_is(tmp_path, capsys, monkeypatch):
+    # memory per NUMA node is whole GiB rounded down: two readings a few MiB apart can be a GiB
+    # apart, which check --profile passes (the larger of 2 % and 1 GiB); drift judges it the same way
+    monkeypatch.setenv("COLUMNS", "100")
+    for number in range(1, 6):
+        shutil.copy(FLEET / f"node-0{number}.json", tmp_path / f"node-0{number}.json")
+
+    def set_memory(name: str, gib: int) -> None:
+        data = json.loads((tmp_path / name).read_text())
+        data["envelope"]["profile"]["numa_nodes"][0]["memory_gib"] = gib
+        (tmp_path / name).write_text(json.dumps(data))
+
+    set_memory("node-03.json", 6)  # the fleet's 7 GiB, a GiB lower: rounding
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", str(tmp_path))
+    fact = next(f for f in json.loads(out)["facts"] if f["fact"] == "NUMA node 0 memory_gib")
+    assert code == 0 and fact["differs"] == [] and fact["majority"] == 7 and fact["majority_nodes"] == 4
+    assert fact["within_tolerance"] == [{"node": "node-03", "value": 6}]
+    code, text, _ = cli(capsys, "report", "merge", "--drift", str(tmp_path))
+    assert "0 fact(s) differ" in text and "agree on every node; 1 within a tolerance." in text
+    assert "NUMA node 0 memory_gib: 7 GiB on 4 of 5 node(s); within the tolerance (give or take 2 % of" in text
+    assert "node-03 6 GiB" in text
+
+    set_memory("node-04.json", 3)  # a DIMM gone: beyond the tolerance, shown (memory never blocks)
+    code, out, _ = cli(capsys, "report", "merge", "--drift", "--format", "json", str(tmp_path))
+    fact = next(f for f in json.loads(out)["facts"] if f["fact"] == "NUMA node 0 memory_gib")
+    assert code == 0 and fact["differs"] == [{"node": "node-04", "value": 3}]
+    assert fact["within_tolerance"] == [{"node": "node-03", "value": 6}]
+    code, text, _ = cli(capsys, "report", "merge", "--drift", str(tmp_path))
+    assert "1 fact(s) differ" in text and "NUMA node 0 memory_gib: 7 GiB on 3 of 5 node(s)" in text
+    assert "node-04  3 GiB" in text and "so not drift: node-03 6 GiB" in " ".join(text.split())

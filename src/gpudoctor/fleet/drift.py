@@ -6,6 +6,9 @@ a gpudoctor version before them has none: its node is named among those without,
 no fact. A fact is named as people read it: ``driver``, ``GPU 1 pcie_width``,
 ``NIC mlx5_0 rate_gbps``, ``NUMA node 0 memory_gib``. A node that lacks the entry (a GPU fewer)
 or whose facts do not say has the value None ("unknown" in the text) and differs like any other.
+A fact with a tolerance (memory per NUMA node: ProfileFact.slack, as `check --profile` judges it)
+differs only beyond it: a node within it of the majority value is listed apart, as within the
+tolerance (whole GiB rounded down flip between two readings a few MiB apart).
 
 The majority is the value most nodes have; between equally common values, the one whose first
 node comes first by name, so the result does not depend on the order of the files. Nodes are
@@ -21,7 +24,7 @@ from typing import Any, Sequence
 
 from ..model.profile_facts import ENTRY_KEY, FACTS, ProfileFact
 from .merge import NodeResult
-from .profile import entry_order
+from .profile import entry_order, matches
 
 _ENTRY_WORD = {"gpus": "GPU", "nics": "NIC", "numa_nodes": "NUMA node"}
 
@@ -33,6 +36,8 @@ class FactDrift:
     majority: Any
     majority_nodes: int
     differs: list[tuple[str, Any]] = field(default_factory=list)  # (node, its value), by node
+    # (node, its value), by node: not the majority value, but within the fact's tolerance of it
+    within: list[tuple[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +48,7 @@ class FactDrift:
             "majority": self.majority,
             "majority_nodes": self.majority_nodes,
             "differs": [{"node": node, "value": value} for node, value in self.differs],
+            "within_tolerance": [{"node": node, "value": value} for node, value in self.within],
         }
 
 
@@ -89,6 +95,21 @@ def _values(node: NodeResult) -> dict[tuple[str, Any], dict[str, Any]]:
     return out
 
 
+def _tolerated(
+    fact: ProfileFact, majority: Any, differs: list[tuple[str, Any]]
+) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """(the nodes that differ, those within the fact's tolerance of the majority value, as
+    `check --profile` would pass them against a profile of that value): for a fact without a
+    tolerance, every node that differs."""
+    if not fact.slack(majority):
+        return differs, []
+    kept: list[tuple[str, Any]] = []
+    close: list[tuple[str, Any]] = []
+    for node, value in differs:
+        (close if value is not None and matches(majority, value, fact) else kept).append((node, value))
+    return kept, close
+
+
 def drift(nodes: Sequence[NodeResult]) -> Drift:
     with_facts = sorted((n for n in nodes if n.profile is not None), key=lambda n: n.node)
     without = sorted(n.node for n in nodes if n.profile is None)
@@ -126,6 +147,7 @@ def drift(nodes: Sequence[NodeResult]) -> Drift:
                 same = set(counts[text][1])
                 value_of = dict(known)
                 differs = [(names[p], value_of.get(p)) for p in range(len(names)) if p not in same]
-            out.append(FactDrift(name, fact, majority, sizes[text], differs))
+            differs, within = _tolerated(fact, majority, differs)
+            out.append(FactDrift(name, fact, majority, sizes[text], differs, within))
     localized = sorted((n for n in nodes if n.localized is not None), key=lambda n: n.node)
     return Drift(names, without, out, localized)

@@ -108,10 +108,14 @@ class ProfileFact(Frozen):
     @property
     def tolerance_words(self) -> str:
         """The tolerance as a clause for people ("" when a value must match exactly)."""
+        return self.tolerance_of("the profile's value")
+
+    def tolerance_of(self, what: str) -> str:
+        """The tolerance as a clause about ``what`` the value is compared with ("" for none)."""
         if self.tolerance is None:
             return ""
         relative, least = self.tolerance
-        return f"give or take {_number(_whole(relative * 100))} % of the profile's value, at least {self.shown(least)}"
+        return f"give or take {_number(_whole(relative * 100))} % of {what}, at least {self.shown(least)}"
 
     def shown(self, value: Any) -> str:
         """A value as people read it (x16, 400 Gb/s); None, a value no node has, is "unknown"."""

@@ -75,6 +75,12 @@ def render_text(fleet: Any, width: int = 100) -> str:
 HEAD_NAMES = 8
 
 
+def _within(f: Any) -> str:
+    """The nodes within a fact's tolerance of the majority value, with their values."""
+    values = ", ".join(f"{printable(node)} {f.fact.shown(value)}" for node, value in f.within)
+    return f"within the tolerance ({f.fact.tolerance_of('that value')}), so not drift: {values}"
+
+
 def render_drift(drift: Any, width: int = 100) -> str:
     """`report merge --drift` for people: the facts nodes differ on, each with the majority value
     and the differing nodes and their values; then what agrees and which facts block. Every
@@ -102,13 +108,21 @@ def render_drift(drift: Any, width: int = 100) -> str:
         name_width = max(len(printable(node)) for node, _ in f.differs)
         for node, value in f.differs:
             lines += wrap(f.fact.shown(value), width, f"    {printable(node):<{name_width}}  ")
+        if f.within:
+            lines += wrap(_within(f), width, "    ")
+    tolerated = [f for f in drift.facts if f.within and not f.differs]
+    for f in tolerated:
+        lines.append("")
+        said = f"{f.name}: {f.fact.shown(f.majority)} on {f.majority_nodes} of {total} node(s); {_within(f)}"
+        lines += wrap(said, width, "  ", "    ")
     differs: dict[str, list[str]] = {}
     for f in drifting:
         for node, _ in f.differs:
             differs.setdefault(node, []).append(f.name)
     lines += localized_lines(drift.localized, width, differs)
-    agree = len(drift.facts) - len(drifting)
-    lines += ["", f"{agree} fact(s) agree on every node."]
+    agree = len(drift.facts) - len(drifting) - len(tolerated)
+    close = f"; {len(tolerated)} within a tolerance" if tolerated else ""
+    lines += ["", f"{agree} fact(s) agree on every node{close}."]
     blocking = sorted({f.key for f in FACTS if f.blocking}, key=[f.key for f in FACTS].index)
     lines += wrap("Blocking facts (a node that differs makes the exit status 1): " + ", ".join(blocking), width)
     return "\n".join(lines) + "\n"

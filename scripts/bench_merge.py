@@ -41,7 +41,13 @@ GATE = REPO / "tests" / "golden" / "gate"
 
 
 def templates() -> list[dict[str, Any]]:
-    """The reports copied: every fleet check report and every gate golden that is a gate report."""
+    """The reports copied: every fleet check report and every gate golden that is a gate report.
+    The fleet reports are generated fixtures (not in git): written first where they are missing or
+    stale, as a test session would."""
+    sys.path.insert(0, str(REPO))
+    from tests.helpers.generated import ensure
+
+    ensure()
     out = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(FLEET.glob("node-*.json"))]
     for path in sorted(GATE.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -82,25 +88,40 @@ def load(paths):
             json.loads(f.read())
     return len(paths)
 paths = sorted(os.path.join(sys.argv[1], n) for n in os.listdir(sys.argv[1]) if n.endswith(".json"))
-jobs = max(1, min(len(os.sched_getaffinity(0)), 16))
-chunks = [paths[i::jobs] for i in range(jobs)]
-if jobs == 1:
-    load(paths)
-else:
+try:
+    cpus = len(os.sched_getaffinity(0))
+except (AttributeError, OSError):
+    cpus = os.cpu_count() or 1
+jobs = max(1, min(cpus, 16))
+try:
+    if jobs == 1:
+        raise OSError("one CPU")
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        sum(pool.map(load, chunks))
+        read = sum(pool.map(load, [paths[i::jobs] for i in range(jobs)]))
+except OSError:  # as report merge: where no worker can be started, in this process
+    read = load(paths)
+assert read == len(paths)
 """
 
 
-def timed(cmd: list[str], repeat: int, env: dict[str, str], cpu: list[float] | None = None) -> list[float]:
+# report merge's exit statuses that mean it merged: 0, and 1 (a node is no-go)
+MERGED = (0, 1)
+
+
+def timed(
+    cmd: list[str], repeat: int, env: dict[str, str], cpu: list[float] | None = None, ok: tuple[int, ...] = (0,)
+) -> list[float]:
     """Wall seconds of each of ``repeat`` runs; with ``cpu``, each run's CPU seconds (user and
-    system, its reading processes included) are added to it."""
+    system, its reading processes included) are added to it. A run that exits with a status not
+    in ``ok`` stops the script, with its error output: a run that failed has no time worth showing."""
     times = []
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, env=env)
         times.append(time.perf_counter() - start)
+        if done.returncode not in ok:
+            raise SystemExit(f"exit {done.returncode}: {cmd[:4]}...\n{done.stderr.decode(errors='replace')[-2000:]}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu is not None:
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -120,6 +141,8 @@ def main() -> int:
     directory.mkdir(parents=True, exist_ok=True)
     paths = write_reports(directory, args.reports)
     size = sum(os.path.getsize(p) for p in paths)
+    kinds = [t.get("kind") == "gate" for t in templates()]
+    print(f"copies of {kinds.count(False)} check and {kinds.count(True)} gate reports", end=": ")
     # the directory, not the paths: a command line may not hold 10 000 of them
     cmd = [sys.executable, "-m", "gpudoctor", "report", "merge", "--format", "json", str(directory)]
     print(f"{args.reports} reports, {size / 1e6:.0f} MB of JSON")
@@ -132,13 +155,13 @@ def main() -> int:
     for src in trees:
         env = dict(os.environ, PYTHONPATH=src)
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # timed as installed: compiled modules cached
-        timed(cmd, 1, env)  # warm-up: page cache, pyc files
+        timed(cmd, 1, env, ok=MERGED)  # warm-up: page cache, pyc files
         envs.append(env)
     merge: list[list[float]] = [[] for _ in trees]
     cpu: list[list[float]] = [[] for _ in trees]
     for _ in range(args.repeat):  # the trees in turn, so a change in the machine's load hits each
         for number, env in enumerate(envs):
-            merge[number] += timed(cmd, 1, env, cpu[number])
+            merge[number] += timed(cmd, 1, env, cpu[number], ok=MERGED)
     for src, times, cpus in zip(trees, merge, cpu):
         median = statistics.median(times)
         print(f"report merge       {median:8.3f} s median of {len(times)} (min {min(times):.3f})  {src}")

@@ -380,17 +380,38 @@ def test_the_key_hash_is_sha256():
     assert h.digest() == hashlib.sha256(b"abc").digest()
 
 
-def test_past_a_mebibyte_hashed_the_key_hash_is_openssls_and_still_sha256(monkeypatch):
-    import hashlib
+SWITCH = """
+import sys
+from gpudoctor.engine import rule_cache
+small = rule_cache._sha256(b"abc")
+before = type(small).__module__, "hashlib" in sys.modules
+early = rule_cache._sha256()  # a hash made before the switch, fed after it
+big = b"x" * (rule_cache.BUILTIN_HASH_BYTES + 1)
+large = rule_cache._sha256(big).hexdigest()
+early.update(b"abc")
+import hashlib
+print(before, "hashlib" in sys.modules, rule_cache._SHA256 is hashlib.sha256)
+abc = hashlib.sha256(b"abc").hexdigest()
+print(large == hashlib.sha256(big).hexdigest(), small.hexdigest() == early.hexdigest() == abc)
+print(rule_cache._sha256(b"abc").hexdigest() == hashlib.sha256(b"abc").hexdigest())
+"""
 
-    monkeypatch.setattr(rule_cache, "_SHA256", None)
-    monkeypatch.setattr(rule_cache, "_hashed", 0)
-    monkeypatch.setattr(rule_cache, "_openssl", False)
-    small = rule_cache._sha256(b"abc").hexdigest()
-    big = b"x" * (rule_cache.BUILTIN_HASH_BYTES + 1)
-    assert rule_cache._sha256(big).hexdigest() == hashlib.sha256(big).hexdigest()
-    assert rule_cache._SHA256 is hashlib.sha256  # a large rule set is hashed by OpenSSL
-    assert small == rule_cache._sha256(b"abc").hexdigest() == hashlib.sha256(b"abc").hexdigest()
+
+def test_past_a_mebibyte_hashed_the_key_hash_is_openssls_and_still_sha256():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    if not any(_importable(name) for name in ("_sha2", "_sha256")):
+        pytest.skip("this Python has no built-in SHA-256: hashlib's is used from the start")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    done = subprocess.run([sys.executable, "-c", SWITCH], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, digests, after = done.stdout.splitlines()
+    # a little hashed: the built-in hash, no OpenSSL; past a mebibyte: OpenSSL's, the same digests
+    assert first.endswith(", False) True True") and "hashlib" not in first.split(",")[0]
+    assert digests == "True True" and after == "True"
 
 
 def test_a_table_helper_spelled_with_other_characters_is_still_checked():

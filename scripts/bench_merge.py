@@ -44,7 +44,8 @@ def templates() -> list[dict[str, Any]]:
     """The reports copied: every fleet check report and every gate golden that is a gate report.
     The fleet reports are generated fixtures (not in git): written first where they are missing or
     stale, as a test session would."""
-    sys.path.insert(0, str(REPO))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     from tests.helpers.generated import ensure
 
     ensure()
@@ -64,9 +65,10 @@ def _rename(report: dict[str, Any], name: str) -> None:
         report["hostname"] = name
 
 
-def write_reports(directory: Path, count: int) -> list[str]:
-    """``count`` reports under ``directory``, written as gpudoctor writes them (indented JSON)."""
-    base = templates()
+def write_reports(directory: Path, count: int, base: list[dict[str, Any]] | None = None) -> list[str]:
+    """``count`` reports under ``directory``, copies of ``base`` (default: templates()) in turn,
+    written as gpudoctor writes them (indented JSON)."""
+    base = templates() if base is None else base
     paths = []
     for number in range(count):
         report = json.loads(json.dumps(base[number % len(base)]))
@@ -139,9 +141,10 @@ def main() -> int:
 
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpudoctor-merge-"))
     directory.mkdir(parents=True, exist_ok=True)
-    paths = write_reports(directory, args.reports)
+    base = templates()
+    paths = write_reports(directory, args.reports, base)
     size = sum(os.path.getsize(p) for p in paths)
-    kinds = [t.get("kind") == "gate" for t in templates()]
+    kinds = [t.get("kind") == "gate" for t in base]
     print(f"copies of {kinds.count(False)} check and {kinds.count(True)} gate reports", end=": ")
     # the directory, not the paths: a command line may not hold 10 000 of them
     cmd = [sys.executable, "-m", "gpudoctor", "report", "merge", "--format", "json", str(directory)]

@@ -3,7 +3,7 @@ few Python built-ins rules may call (len, any, min, ...), each bounded where the
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .common import as_int, field_or_none, shown
 
@@ -114,12 +114,7 @@ def env_set(env: Any, names: Iterable[str]) -> list[str]:
 
     Example: env_set(host.env, ["CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"]) → ["OMP_NUM_THREADS=8"]
     """
-    out = []
-    for name in names:
-        value = field_or_none(env, str(name))
-        if value is not None:
-            out.append(f"{name}={value}")
-    return out
+    return [f"{name}={value}" for name, value in _set_in(env, names)]
 
 
 def env_names(env: Any, names: Iterable[str]) -> list[str]:
@@ -127,7 +122,15 @@ def env_names(env: Any, names: Iterable[str]) -> list[str]:
 
     Example: env_names(host.env, ["CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"]) → ["OMP_NUM_THREADS"]
     """
-    return [str(name) for name in names if field_or_none(env, str(name)) is not None]
+    return [name for name, _ in _set_in(env, names)]
+
+
+def _set_in(env: Any, names: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """(name, value) of each of names that is set in env, in the order given."""
+    for name in names:
+        value = field_or_none(env, str(name))
+        if value is not None:
+            yield str(name), value
 
 
 def shell_words(items: Iterable[Any]) -> str:
